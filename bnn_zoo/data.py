@@ -1,0 +1,231 @@
+"""Data sets as whole tensors: MNIST/FashionMNIST (torchvision), notMNIST, white noise, toy curves.
+
+Usage: ``splits = load_splits(cfg, device)  # splits.train.x, .val, .test, all normalized``
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+# One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+DATA_ENV = "BNN_ZOO_DATA"
+# Fixed, so the validation split is the same images in every run, whatever the run's seed.
+SPLIT_SEED = 0
+
+TORCHVISION_SETS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
+IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+
+
+class DataError(RuntimeError):
+    """A data set that is missing or unreadable; the message says where to put it."""
+
+
+@dataclass
+class TensorSet:
+    x: torch.Tensor
+    y: Optional[torch.Tensor] = None
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def to(self, device) -> "TensorSet":
+        return TensorSet(self.x.to(device), None if self.y is None else self.y.to(device))
+
+    def batches(self, batch_size: int, shuffle: bool = True, generator=None):
+        """Minibatches sliced on the tensors' device (no DataLoader, no per-sample transforms)."""
+        n = len(self)
+        order = (torch.randperm(n, device=self.x.device, generator=generator) if shuffle
+                 else torch.arange(n, device=self.x.device))
+        for idx in order.split(batch_size):
+            yield self.x[idx], self.y[idx]
+
+
+@dataclass
+class Splits:
+    train: TensorSet
+    val: Optional[TensorSet]
+    test: TensorSet
+
+
+def data_root(root: Optional[str] = None) -> Path:
+    """The data folder: ``root`` if given, else $BNN_ZOO_DATA, else ./data."""
+    return Path(root or os.environ.get(DATA_ENV) or "data").expanduser()
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images [N, 28, 28] (0..255, white on black) -> float [N, 1, 28, 28], normalized."""
+    if images.dtype != torch.uint8:
+        raise TypeError(f"expected uint8 images, got {images.dtype}")
+    return ((images.float() / 255.0 - MNIST_MEAN) / MNIST_STD).unsqueeze(1)
+
+
+def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
+                     download: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """MNIST or FashionMNIST as (uint8 images [N, 28, 28], labels), read or downloaded into root."""
+    from torchvision import datasets
+
+    folder = TORCHVISION_SETS[name]
+    cls = getattr(datasets, folder)
+    root_path = data_root(root)
+    try:
+        ds = cls(str(root_path), train=train, download=False)
+    except RuntimeError:
+        if not download:
+            raise _missing(folder, root_path, "downloads are off (data.download=false)") from None
+        try:
+            ds = cls(str(root_path), train=train, download=True)
+        except Exception as err:  # network errors come as URLError, OSError, RuntimeError...
+            raise _missing(folder, root_path, f"the download failed: {err}") from None
+    return ds.data, ds.targets
+
+
+def _missing(folder: str, root: Path, why: str) -> DataError:
+    return DataError(
+        f"{folder} not found in {root.resolve() / folder / 'raw'} and {why}. It needs the files "
+        f"{', '.join(IDX_FILES)} (or their .gz) there. Put them in DIR/{folder}/raw and point at "
+        f"DIR with data.root=DIR or the environment variable {DATA_ENV}=DIR.")
+
+
+def read_idx(path: str | Path) -> torch.Tensor:
+    """Read an IDX file (MNIST's format), plain or .gz, as a uint8 tensor."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as err:
+        raise DataError(f"cannot read IDX file {path}: {err}") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
+    ndim = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    start, count = 4 + 4 * ndim, math.prod(shape)
+    if len(raw) - start != count:
+        raise DataError(f"{path} is truncated: header says {shape}, "
+                        f"found {len(raw) - start} of {count} bytes")
+    return torch.frombuffer(bytearray(raw[start:]), dtype=torch.uint8).reshape(shape)
+
+
+def _find_idx(folder: Path, stem: str) -> Optional[Path]:
+    for name in (stem, stem + ".gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> torch.Tensor:
+    """notMNIST letters as uint8 [N, 28, 28] (white glyph on black).
+
+    Reads ``ROOT/notMNIST/raw/t10k-images-idx3-ubyte[.gz]`` (MNIST's format), or the original
+    layout: folders ``A``..``J`` of PNG images under ``ROOT/notMNIST`` or ROOT itself.
+    """
+    base = data_root(root)
+    for folder in (base / "notMNIST" / "raw", base / "notMNIST", base):
+        found = _find_idx(folder, "t10k-images-idx3-ubyte")
+        if found:
+            return read_idx(found)
+        if (folder / "A").is_dir():
+            return read_png_folders(folder, skip_unreadable)
+    raise DataError(f"notMNIST not found under {base.resolve()}: expected "
+                    "notMNIST/raw/t10k-images-idx3-ubyte[.gz] or folders A..J of PNG images. "
+                    f"Point at it with data.root=DIR or {DATA_ENV}=DIR.")
+
+
+def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tensor:
+    """Images from class folders (``A``..``J``), as grayscale 28x28 uint8."""
+    from PIL import Image, UnidentifiedImageError
+
+    images, bad = [], []
+    files = sorted(p for d in sorted(folder.iterdir()) if d.is_dir() for p in d.iterdir())
+    for path in files:
+        try:
+            with Image.open(path) as img:
+                img = img.convert("L")
+                if img.size != (28, 28):
+                    img = img.resize((28, 28), Image.BILINEAR)
+                images.append(torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8))
+        except (UnidentifiedImageError, OSError, ValueError):
+            bad.append(path)
+    if bad and not skip_unreadable:
+        raise DataError(f"{len(bad)} unreadable image(s) in {folder}, first: {bad[0]}. "
+                        "Delete them, or pass skip_unreadable=True to leave them out.")
+    if not images:
+        raise DataError(f"no readable images in the class folders of {folder}")
+    return torch.stack(images).reshape(-1, 28, 28)
+
+
+def white_noise(n: int, seed: int = 0) -> torch.Tensor:
+    """Seeded uniform noise with MNIST's shape and value range: uint8 [n, 28, 28]."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, 28, 28), dtype=torch.uint8, generator=g)
+
+
+# Toy regression sets: name -> (true function, observed inputs or a rule for them, noise sd)
+def polynomial(x: torch.Tensor) -> torch.Tensor:
+    return -x ** 4 + 3 * x ** 2 + 1
+
+
+def sinusoid(x: torch.Tensor) -> torch.Tensor:
+    return 10 * torch.sin(2 * math.pi * x)
+
+
+TOY_FUNCTIONS = {"polynomial": polynomial, "sinusoid": sinusoid}
+# Ranges for plots: well beyond the observed inputs.
+TOY_PLOT_RANGE = {"polynomial": (-5.0, 5.0), "sinusoid": (-2.0, 2.0)}
+
+
+def toy_data(name: str, seed: int = 0) -> TensorSet:
+    """The observed points: x [N, 1], y [N]."""
+    if name == "polynomial":
+        x = torch.tensor([-2.0, -1.8, -1.0, 1.0, 1.8, 2.0])
+        y = polynomial(x)
+    elif name == "sinusoid":
+        g = torch.Generator().manual_seed(seed)
+        x = torch.linspace(-0.5, 0.5, 32)
+        y = sinusoid(x) + torch.randn(32, generator=g)
+    else:
+        raise DataError(f"unknown toy data set {name!r}; choose one of {', '.join(TOY_FUNCTIONS)}")
+    return TensorSet(x.unsqueeze(-1), y)
+
+
+def toy_test(name: str, n: int = 200, seed: int = 1) -> TensorSet:
+    """Held-out points of the true function over the observed range (with the sinusoid's noise)."""
+    train = toy_data(name)
+    x = torch.linspace(float(train.x.min()), float(train.x.max()), n)
+    y = TOY_FUNCTIONS[name](x)
+    if name == "sinusoid":
+        y = y + torch.randn(n, generator=torch.Generator().manual_seed(seed))
+    return TensorSet(x.unsqueeze(-1), y)
+
+
+def validation_split(n: int, val_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices (train, validation) of a training set of n: the same held-out images every run."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
+    return order[val_size:], order[:val_size]
+
+
+def load_splits(cfg, device="cpu") -> Splits:
+    """Train / validation / test tensors for a resolved config, on ``device``."""
+    d = cfg.data
+    if d.name in TOY_FUNCTIONS:
+        return Splits(toy_data(d.name, cfg.seed).to(device), None, toy_test(d.name).to(device))
+    x, y = load_torchvision(d.name, d.root, train=True, download=d.download)
+    xt, yt = load_torchvision(d.name, d.root, train=False, download=d.download)
+    if d.val_size >= len(x):
+        raise DataError(f"data.val_size={d.val_size} leaves no training images (of {len(x)})")
+    train_idx, val_idx = validation_split(len(x), d.val_size)
+    if d.train_limit:
+        train_idx = train_idx[:d.train_limit]
+    if d.test_limit:
+        xt, yt = xt[:d.test_limit], yt[:d.test_limit]
+    val = TensorSet(normalize(x[val_idx]), y[val_idx]).to(device) if d.val_size else None
+    return Splits(TensorSet(normalize(x[train_idx]), y[train_idx]).to(device), val,
+                  TensorSet(normalize(xt), yt).to(device))

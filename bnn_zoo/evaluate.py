@@ -1,0 +1,178 @@
+"""Evaluate a trained run: accuracy, calibration and refusals on MNIST test, and how well the
+uncertainty tells out-of-distribution sets (notMNIST, white noise, FashionMNIST) from it.
+
+Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--threshold 0.2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pyro
+import torch
+from torchmetrics.functional.classification import (
+    binary_auroc,
+    binary_average_precision,
+    binary_roc,
+    multiclass_calibration_error,
+)
+
+from .abstention import abstain, uncertainty
+from .checkpoint import Trained, load
+from .config import ConfigError
+from .data import DataError, load_notmnist, load_torchvision, normalize, white_noise
+from .predict import predict
+from .train import pick_device
+
+OOD_SETS = ("notmnist", "noise", "fashion_mnist")
+
+
+def ood_images(name: str, root: str | None, size: int, seed: int = 0) -> torch.Tensor:
+    """An out-of-distribution set as uint8 images [n, 28, 28] (at most ``size``)."""
+    if name == "notmnist":
+        return load_notmnist(root)[:size]
+    if name == "noise":
+        return white_noise(size, seed)
+    if name == "fashion_mnist":
+        return load_torchvision("fashion_mnist", root, train=False, download=False)[0][:size]
+    raise ValueError(f"unknown out-of-distribution set {name!r}; choose from {', '.join(OOD_SETS)}")
+
+
+def fpr_at_95_tpr(in_scores: torch.Tensor, ood_scores: torch.Tensor) -> float:
+    """Fraction of in-distribution inputs flagged when 95% of the OOD inputs are flagged."""
+    fpr, tpr, _ = binary_roc(*_binary(in_scores, ood_scores))
+    return float(fpr[torch.searchsorted(tpr, torch.tensor(0.95, dtype=tpr.dtype))])
+
+
+def _binary(in_scores, ood_scores):
+    scores = torch.cat([in_scores, ood_scores]).float().cpu()
+    target = torch.cat([torch.zeros(len(in_scores)), torch.ones(len(ood_scores))]).long()
+    return scores, target
+
+
+def detection(in_scores: torch.Tensor, ood_scores: torch.Tensor) -> dict:
+    """AUROC, AUPR (OOD as the positive class) and FPR at 95% TPR; higher score = more OOD."""
+    scores, target = _binary(in_scores, ood_scores)
+    return {"auroc": float(binary_auroc(scores, target)),
+            "aupr": float(binary_average_precision(scores, target)),
+            "fpr95": fpr_at_95_tpr(in_scores.cpu(), ood_scores.cpu())}
+
+
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float,
+                    threshold: float) -> dict:
+    """Forced accuracy, NLL (nats), ECE, refusals and accuracy on the accepted inputs."""
+    decision = abstain(probs, quantile, threshold)
+    mean, labels = decision.mean_probs, labels.to(probs.device)
+    accepted = ~decision.refused
+    correct = decision.prediction == labels
+    return {
+        "accuracy": (decision.forced == labels).float().mean().item(),
+        "nll": -mean.gather(1, labels[:, None]).clamp_min(1e-12).log().mean().item(),
+        "ece": float(multiclass_calibration_error(mean.cpu(), labels.cpu(), mean.shape[1], n_bins=15)),
+        "refused": decision.refused.float().mean().item(),
+        "accuracy_accepted": correct[accepted].float().mean().item() if accepted.any() else float("nan"),
+        "multiple": decision.multiple.float().mean().item(),
+    }
+
+
+def ood_rows(name: str, in_probs: torch.Tensor, ood_probs: torch.Tensor, quantile: float,
+             threshold: float) -> dict:
+    """Refusals, mean entropy, and detection figures for one OOD set against MNIST test."""
+    in_u, ood_u = uncertainty(in_probs, quantile), uncertainty(ood_probs, quantile)
+    rows = {f"ood/refused_{name}": abstain(ood_probs, quantile, threshold).refused.float().mean().item(),
+            f"ood/entropy_{name}": ood_u["entropy"].mean().item()}
+    scores = {"": "entropy"}
+    if in_probs.shape[0] > 1:  # mutual information is zero for a single deterministic softmax
+        scores["_mi"] = "mutual_information"
+    for suffix, key in scores.items():
+        for metric, value in detection(in_u[key], ood_u[key]).items():
+            rows[f"ood/{metric}{suffix}_{name}"] = value
+    return rows
+
+
+def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:
+    """Sampled probabilities [S, N, C] of the BNN, and [1, N, C] of the twin when there is one."""
+    out = {"bayes": predict(trained.model, trained.guide, x, num_samples)}
+    if trained.twin is not None:
+        with torch.no_grad():
+            out["twin"] = torch.cat([trained.twin(xb).softmax(-1) for xb in x.split(1000)])[None]
+    return out
+
+
+def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
+                 quantile: float = 0.5, threshold: float = 0.2,
+                 ood: tuple[str, ...] = OOD_SETS, ood_size: int = 10000, test_size: int | None = None,
+                 data_root: str | None = None, device: str = "auto") -> dict:
+    """Every figure of ``eval.json``, for the BNN and the deterministic twin."""
+    device = pick_device(device)
+    trained = load(run_dir, device)
+    cfg = trained.config
+    if cfg.arch == "toy_mlp":
+        raise ConfigError("evaluate is for classifiers; toy_mlp runs report their figures in "
+                          "metrics.json")
+    root = data_root or cfg.data.root
+    pyro.set_rng_seed(seed)
+    images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
+    images, labels = images[:test_size], labels[:test_size]
+    in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
+    results = {part: {f"test/{k}": v for k, v in in_distribution(p, labels, quantile, threshold).items()}
+               for part, p in in_probs.items()}
+    skipped = {}
+    for name in ood:
+        try:
+            x = normalize(ood_images(name, root, ood_size, seed)).to(device)
+        except DataError as err:
+            skipped[name] = str(err)
+            print(f"skipping {name}: {err}", file=sys.stderr)
+            continue
+        for part, probs in sampled_probs(trained, x, num_samples).items():
+            results[part].update(ood_rows(name, in_probs[part], probs, quantile, threshold))
+    return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed,
+            "quantile": quantile, "threshold": threshold, "test_size": len(labels),
+            "skipped": skipped, **results}
+
+
+def table(results: dict) -> str:
+    """The figures as a text table, one row per metric, a column per model."""
+    parts = [p for p in ("bayes", "twin") if p in results]
+    keys = list(dict.fromkeys(k for p in parts for k in results[p]))
+    width = max(len(k) for k in keys)
+    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in parts)]
+    for key in keys:
+        cells = [results[p].get(key) for p in parts]
+        lines.append(f"{key:<{width}}  " + "  ".join(
+            f"{c:>9.4f}" if c is not None else f"{'n/a':>9}" for c in cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bnn_zoo.evaluate",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--samples", type=int, default=100, help="posterior samples (default 100)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quantile", type=float, default=0.5)
+    parser.add_argument("--threshold", type=float, default=0.2)
+    parser.add_argument("--ood", nargs="*", default=list(OOD_SETS), choices=OOD_SETS)
+    parser.add_argument("--ood-size", type=int, default=10000, help="images per OOD set")
+    parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
+    parser.add_argument("--data-root", default=None, help="data folder (default: the run's, "
+                        "then $BNN_ZOO_DATA, then ./data)")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+    try:
+        results = evaluate_run(args.run_dir, args.samples, args.seed, args.quantile,
+                               args.threshold, tuple(args.ood), args.ood_size, args.test_size,
+                               args.data_root, args.device)
+    except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    (Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The rejection report behind ``scripts/reject_notmnist.py`` and ``scripts/reject_noise.py``:
+a table of refusals (Bayesian vs deterministic), its JSON, and the plots.
+
+Usage: ``rejection_report("runs/lenet", "notmnist", out_dir="runs/lenet/reject_notmnist")``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pyro
+import torch
+
+from . import plots
+from .abstention import abstain, risk_coverage
+from .checkpoint import load
+from .config import ConfigError
+from .data import DataError, load_torchvision, normalize
+from .evaluate import ood_images, sampled_probs
+from .train import pick_device
+
+LABELS = {"bayes": "Bayesian", "twin": "deterministic"}
+OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
+
+
+def refusal_curve(probs: torch.Tensor, quantile: float, thresholds: torch.Tensor) -> torch.Tensor:
+    """Fraction refused at each threshold: inputs whose top quantile probability is below it."""
+    top = abstain(probs, quantile, threshold=0.0).quantile_probs.max(1).values
+    return (top[None, :] < thresholds.to(top.device)[:, None]).float().mean(1)
+
+
+def reliability_bins(probs: torch.Tensor, labels: torch.Tensor, bins: int = 15):
+    """(mean confidence, accuracy, count) per confidence bin of the mean prediction."""
+    confidence, predicted = probs.mean(0).max(1)
+    correct = (predicted == labels.to(probs.device)).float()
+    index = (confidence * bins).long().clamp(max=bins - 1)
+    count = torch.bincount(index, minlength=bins).float()
+    mean_conf = torch.bincount(index, confidence, minlength=bins) / count.clamp_min(1)
+    accuracy = torch.bincount(index, correct, minlength=bins) / count.clamp_min(1)
+    return mean_conf, accuracy, count
+
+
+def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None = None,
+                     num_samples: int = 100, quantile: float = 0.5, threshold: float = 0.2,
+                     test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
+                     data_root: str | None = None, device: str = "auto", seed: int = 0) -> dict:
+    """Refusals on MNIST test and an OOD set for a trained run; writes JSON and plots to out_dir."""
+    device = pick_device(device)
+    trained = load(run_dir, device)
+    cfg = trained.config
+    if cfg.arch == "toy_mlp":
+        raise ConfigError("the rejection report is for classifiers, not toy_mlp")
+    out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    root = data_root or cfg.data.root
+    pyro.set_rng_seed(seed)
+    images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
+    images, labels = images[:test_size], labels[:test_size].to(device)
+    ood_raw = ood_images(ood, root, ood_size, seed)
+    in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
+    ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
+
+    rows = {}
+    for part in in_probs:
+        mnist, other = abstain(in_probs[part], quantile, threshold), abstain(ood_probs[part], quantile, threshold)
+        accepted = ~mnist.refused
+        rows[part] = {
+            "refused_mnist": mnist.refused.float().mean().item(),
+            "accuracy_accepted_mnist": (mnist.prediction[accepted] == labels[accepted]).float().mean().item()
+            if accepted.any() else float("nan"),
+            "forced_accuracy_mnist": (mnist.forced == labels).float().mean().item(),
+            f"refused_{ood}": other.refused.float().mean().item(),
+        }
+    result = {"run_dir": str(run_dir), "ood": ood, "num_samples": num_samples, "quantile": quantile,
+              "threshold": threshold, "test_size": len(labels), "ood_size": len(ood_raw), **rows}
+    (out_dir / f"reject_{ood}.json").write_text(json.dumps(result, indent=2))
+    _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, threshold, grid)
+    return result
+
+
+def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, threshold, grid):
+    bayes = in_probs["bayes"]
+    decision = abstain(bayes, quantile, threshold)
+    # A grid with refused, wrong and correct MNIST inputs, then OOD inputs.
+    picks = [*decision.refused.nonzero()[:2, 0].tolist(),
+             *((decision.prediction != labels) & ~decision.refused).nonzero()[:2, 0].tolist()]
+    picks += [i for i in range(len(labels)) if i not in picks][:max(0, grid // 2 - len(picks))]
+    titles = ["Refused" if decision.refused[i] else
+              ("Correct" if decision.prediction[i] == labels[i] else "Wrong") + f" (label {labels[i]})"
+              for i in picks]
+    n_ood = max(1, grid - len(picks))
+    ood_decision = abstain(ood_probs["bayes"][:, :n_ood], quantile, threshold)
+    titles += [f"{OOD_TITLES[ood]}: " + ("Refused" if r else f"said {p}")
+               for r, p in zip(ood_decision.refused.tolist(), ood_decision.prediction.tolist())]
+    plots.sample_histograms(torch.cat([images[picks], ood_raw[:n_ood]]),
+                            torch.cat([bayes[:, picks], ood_probs["bayes"][:, :n_ood]], 1),
+                            quantile, threshold, titles, out_dir / "histograms.png")
+    twin = ood_probs["twin"][0, :n_ood] if "twin" in ood_probs else None
+    plots.mean_prob_bars(ood_raw[:n_ood], ood_probs["bayes"][:, :n_ood].mean(0), twin, threshold,
+                         out_dir / "mean_probabilities.png")
+    thresholds = torch.linspace(0, 1, 101)
+    curves, risks, reliab = {}, {}, {}
+    for part in in_probs:
+        for name, probs in (("MNIST", in_probs), (OOD_TITLES[ood], ood_probs)):
+            curves[f"{name}, {LABELS[part]}"] = (thresholds, refusal_curve(probs[part], quantile, thresholds))
+        _, coverage, risk = risk_coverage(in_probs[part], labels, quantile)
+        risks[LABELS[part]] = (coverage, risk)
+        reliab[LABELS[part]] = reliability_bins(in_probs[part], labels)
+    plots.refusal_curves(curves, out_dir / "refusal_vs_threshold.png", threshold)
+    plots.risk_coverage(risks, out_dir / "risk_coverage.png")
+    plots.reliability(reliab, out_dir / "reliability.png")
+
+
+def table(result: dict, ood: str) -> str:
+    parts = [p for p in ("bayes", "twin") if p in result]
+    names = {"refused_mnist": "refused on MNIST", "accuracy_accepted_mnist": "accuracy on accepted MNIST",
+             "forced_accuracy_mnist": "forced accuracy (MNIST)", f"refused_{ood}": f"refused on {OOD_TITLES[ood]}"}
+    lines = [f"{'':<28}" + "".join(f"{LABELS[p]:>15}" for p in parts)]
+    lines += [f"{label:<28}" + "".join(f"{100 * result[p][key]:>14.2f}%" for p in parts)
+              for key, label in names.items()]
+    return "\n".join(lines)
+
+
+def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
+    """The command line shared by the rejection scripts."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
+    parser.add_argument("--out", default=None, help=f"output folder (default RUN_DIR/reject_{ood})")
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--quantile", type=float, default=0.5)
+    parser.add_argument("--threshold", type=float, default=0.2)
+    parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
+    parser.add_argument("--ood-size", type=int, default=10000)
+    parser.add_argument("--grid", type=int, default=6, help="inputs in the histogram grid")
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        result = rejection_report(args.run_dir, ood, args.out, args.samples, args.quantile,
+                                  args.threshold, args.test_size, args.ood_size, args.grid,
+                                  args.data_root, args.device, args.seed)
+    except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(table(result, ood))
+    return 0

@@ -1,0 +1,304 @@
+"""Train a Bayesian network (SVI, Trace_ELBO) and its deterministic twin from a config.
+
+Usage::
+
+    python -m bnn_zoo.train                                    # toy_mlp
+    python -m bnn_zoo.train mnist_mlp train.epochs=3 data.root=DIR run_dir=runs/x
+    python -m bnn_zoo.train resume=runs/x                      # continue an interrupted run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pyro
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from pyro.infer import Trace_ELBO
+from tqdm.auto import tqdm
+
+from . import plots
+from .checkpoint import (
+    CHECKPOINT,
+    TWIN_CHECKPOINT,
+    build_from_config,
+    config_dict,
+    read,
+    save_bayes,
+    save_twin,
+    twin_from_config,
+)
+from .config import ConfigError, load_config, make_config, resolved
+from .data import TOY_FUNCTIONS, TOY_PLOT_RANGE, DataError, Splits, TensorSet, load_splits
+from .metrics import predictive_metrics
+from .predict import predict
+from .zoo import architecture
+
+
+class LoggedTrace_ELBO(Trace_ELBO):
+    """Trace_ELBO that also sums its data-fit part, -log p(y | w) (scaled to the full data set),
+    so the loss splits into data fit and KL (loss - data fit) at no extra cost."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.data_fit = 0.0
+
+    def _differentiable_loss_particle(self, model_trace, guide_trace):
+        observed = [s["log_prob_sum"] for s in model_trace.nodes.values()
+                    if s["type"] == "sample" and s["is_observed"]]
+        self.data_fit -= sum(observed).detach() / self.num_particles
+        return super()._differentiable_loss_particle(model_trace, guide_trace)
+
+    def pop_data_fit(self) -> float:
+        total, self.data_fit = float(self.data_fit), 0.0
+        return total
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (a non-finite loss); the last good checkpoint is kept."""
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"bad config key 'device': {name!r} is not a device "
+                          "(auto, cpu, cuda, cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"bad config key 'device': {name} asked for but CUDA is not available; "
+                          "use device=auto or device=cpu")
+    return device
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int):
+    """Per-epoch learning-rate schedule."""
+    if t.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, t.lr * t.lr_min_factor)
+    if t.lr_schedule == "step":
+        return torch.optim.lr_scheduler.StepLR(optimizer, t.lr_step, t.lr_gamma)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+
+
+def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
+        t: DictConfig, epochs: int, history: list, per_example: float,
+        after_epoch: Callable[[dict, bool], None]) -> None:
+    """The epoch loop shared by the BNN and its twin: minibatches on the device, a progress bar,
+    a check for non-finite losses, then ``after_epoch(record, due)``, where ``due`` says it is
+    time to evaluate and checkpoint (every ``t.eval_every`` epochs and the last).
+
+    ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
+    """
+    steps = math.ceil(len(train_set) / t.batch_size)
+    # One bar per epoch; for one-step epochs (the toy sets) one bar over the epochs instead.
+    over_epochs = tqdm(range(len(history), epochs), desc=label, dynamic_ncols=True,
+                       disable=not t.progress or steps > 1, initial=len(history), total=epochs)
+    for epoch in over_epochs:
+        start = time.perf_counter()
+        total = torch.zeros((), device=train_set.x.device)
+        bar = tqdm(train_set.batches(t.batch_size), total=steps, leave=False, dynamic_ncols=True,
+                   desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not t.progress or steps == 1)
+        for i, (xb, yb) in enumerate(bar):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(xb, yb)
+            loss.backward()
+            optimizer.step()
+            total += loss.detach()
+            if i % 25 == 0 and not bar.disable:
+                bar.set_postfix(loss=f"{total.item() / (i + 1) * per_example:.4f}", refresh=False)
+        mean_loss = total.item() / steps * per_example
+        seconds = time.perf_counter() - start
+        if not math.isfinite(mean_loss):
+            raise TrainingError(
+                f"{label}: the loss became {mean_loss} in epoch {epoch + 1}; stopped, and the last "
+                "good checkpoint is kept. Lower train.lr or model.init_scale and resume.")
+        scheduler.step()
+        record = {"epoch": epoch + 1, "steps": steps, "seconds": seconds, "loss": mean_loss,
+                  "lr": optimizer.param_groups[0]["lr"]}
+        if not over_epochs.disable:
+            over_epochs.set_postfix(loss=f"{mean_loss:.4f}", refresh=False)
+        after_epoch(record, (epoch + 1) % t.eval_every == 0 or epoch + 1 == epochs)
+
+
+def seed_all(seed: int) -> None:
+    pyro.set_rng_seed(seed)  # python, numpy and torch
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train the run ``cfg`` describes and write its directory; returns metrics.json's content."""
+    cfg = resolved(cfg)
+    device = pick_device(cfg.device)
+    seed_all(cfg.seed)
+    run_dir = Path(cfg.run_dir)
+    splits = load_splits(cfg, device)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    log = tqdm.write
+    log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
+        f"run directory {run_dir}")
+    metrics = {"config": config_dict(cfg), "bayes": train_bayes(cfg, splits, device, run_dir, log)}
+    if cfg.train.twin:
+        metrics["twin"] = train_twin(cfg, splits, device, run_dir, log)
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    plots.training_curve(metrics, run_dir / "training.png")
+    if cfg.data.name in TOY_FUNCTIONS:
+        plot_toy(cfg, splits, run_dir, device)
+    return metrics
+
+
+def _evaluate(samples_fn: Callable[[torch.Tensor], torch.Tensor], data: TensorSet, cfg) -> dict:
+    return predictive_metrics(samples_fn(data.x), data.y, architecture(cfg.arch).likelihood, cfg.model.noise_scale)
+
+
+def _prefixed(prefix: str, figures: dict) -> dict:
+    return {f"{prefix}/{k}": v for k, v in figures.items()}
+
+
+def _summary(history: list, test: dict) -> dict:
+    return {"history": history, "seconds_per_epoch": statistics.median(h["seconds"] for h in history),
+            **_prefixed("test", test)}
+
+
+def train_bayes(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
+    t = cfg.train
+    num_data = len(splits.train)
+    model, guide = build_from_config(cfg, num_data, device)
+    optimizer = torch.optim.Adam(guide.parameters(), lr=t.lr)
+    scheduler = make_scheduler(optimizer, t, t.epochs)
+    history: list = []
+    path = run_dir / CHECKPOINT
+    if cfg.resume:
+        state = read(path, device)
+        model.load_state_dict(state["model"]), guide.load_state_dict(state["guide"])
+        optimizer.load_state_dict(state["optimizer"]), scheduler.load_state_dict(state["scheduler"])
+        history = state["history"]
+        torch.set_rng_state(state["rng"])
+        log(f"resumed {path} after epoch {state['epoch']}")
+    elbo = LoggedTrace_ELBO(num_particles=t.num_particles)
+    loss_fn = elbo(model, guide)
+    sample = lambda x, n: predict(model, guide, x, n)  # noqa: E731
+
+    def after_epoch(record: dict, due: bool) -> None:
+        data_fit = elbo.pop_data_fit() / record["steps"] / num_data
+        record.update(data_fit=data_fit, kl=record["loss"] - data_fit)
+        history.append(record)
+        if not due:
+            return
+        if splits.val is not None:
+            record.update(_prefixed("val", _evaluate(lambda x: sample(x, t.val_samples), splits.val, cfg)))
+        log(_line("bayes", record))
+        save_bayes(path, cfg, record["epoch"], num_data, model, guide, optimizer, scheduler, history)
+
+    fit("bayes", loss_fn, optimizer, scheduler, splits.train, t, t.epochs, history,
+        1.0 / num_data, after_epoch)
+    test = _evaluate(lambda x: sample(x, t.test_samples), splits.test, cfg)
+    log(f"bayes test ({t.test_samples} posterior samples): {_figures(test)}")
+    return _summary(history, test)
+
+
+def train_twin(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
+    t = cfg.train
+    epochs, lr = t.twin_epochs or t.epochs, t.twin_lr or t.lr
+    net = twin_from_config(cfg, device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    scheduler = make_scheduler(optimizer, t, epochs)
+    history: list = []
+    path = run_dir / TWIN_CHECKPOINT
+    if cfg.resume and path.is_file():
+        state = read(path, device)
+        net.load_state_dict(state["net"]), optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        history = state["history"]
+
+    if architecture(cfg.arch).likelihood == "categorical":
+        loss_fn = lambda x, y: F.cross_entropy(net(x), y)  # noqa: E731
+        outputs = lambda x: net(x).softmax(-1).unsqueeze(0)  # noqa: E731
+    else:
+        dist = lambda x: torch.distributions.Normal(net(x).squeeze(-1), cfg.model.noise_scale)  # noqa: E731
+        loss_fn = lambda x, y: -dist(x).log_prob(y).mean()  # noqa: E731
+        outputs = lambda x: net(x).squeeze(-1).unsqueeze(0)  # noqa: E731
+    evaluate = torch.no_grad()(lambda data: _evaluate(outputs, data, cfg))
+
+    def after_epoch(record: dict, due: bool) -> None:
+        history.append(record)
+        if not due:
+            return
+        if splits.val is not None:
+            record.update(_prefixed("val", evaluate(splits.val)))
+        log(_line("twin", record))
+        save_twin(path, cfg, record["epoch"], net, optimizer, scheduler, history)
+
+    fit("twin", loss_fn, optimizer, scheduler, splits.train, t, epochs, history, 1.0, after_epoch)
+    test = evaluate(splits.test)
+    log(f"twin test: {_figures(test)}")
+    return _summary(history, test)
+
+
+def _figures(d: dict) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in d.items())
+
+
+def _line(label: str, record: dict) -> str:
+    shown = {k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}
+    return f"{label} epoch {record['epoch']}: {_figures(shown)}"
+
+
+@torch.no_grad()
+def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> None:
+    """The toy run's posterior predictive over a range well beyond the data, twin on the same axes."""
+    from .checkpoint import load
+
+    trained = load(run_dir, device)
+    lo, hi = TOY_PLOT_RANGE[cfg.data.name]
+    grid = torch.linspace(lo, hi, 400, device=device).unsqueeze(-1)
+    samples = predict(trained.model, trained.guide, grid, cfg.train.test_samples)
+    twin = trained.twin(grid).squeeze(-1) if trained.twin is not None else None
+    truth = TOY_FUNCTIONS[cfg.data.name](grid.squeeze(-1))
+    plots.toy_predictive(grid.squeeze(-1), samples, cfg.model.noise_scale, splits.train.x.squeeze(-1),
+                         splits.train.y, twin, truth, run_dir / "predictive.png",
+                         f"{cfg.arch} on {cfg.data.name}: posterior predictive")
+
+
+def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
+    """The config a command line asks for; ``resume=DIR`` starts from DIR's stored config."""
+    resume = [o for o in overrides if o.startswith("resume=")]
+    if not resume:
+        return load_config(name or "toy_mlp", overrides)
+    run_dir = Path(resume[-1].split("=", 1)[1])
+    if name is not None:
+        raise ConfigError("resume=DIR continues DIR's own config: give no config name with it")
+    stored = run_dir / "config.yaml"
+    if not stored.is_file():
+        raise ConfigError(f"bad config key 'resume': {stored} does not exist")
+    cfg = make_config(OmegaConf.load(stored), [*overrides, f"run_dir={run_dir}"])
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bnn_zoo.train", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="CONFIG is a name from configs/ (toy_mlp, mnist_mlp, lenet, ...) or a .yaml path;\n"
+               "overrides are dotted key=value pairs, e.g. train.epochs=3 data.root=DIR "
+               "run_dir=runs/x device=cpu")
+    parser.add_argument("args", nargs="*", metavar="CONFIG | key=value")
+    args = parser.parse_args(argv).args
+    name, overrides = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
+    try:
+        train(config_for_run(name, overrides))
+    except (ConfigError, DataError, TrainingError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+import os
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+
+import bnn_zoo
+from bnn_zoo.config import make_config, resolved
+from bnn_zoo.zoo import ARCHITECTURES
+
+ZOO = list(ARCHITECTURES)
+SHARED_DATA = Path(os.environ.get("BNN_ZOO_DATA")
+                   or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+@pytest.fixture(autouse=True)
+def fresh_pyro():
+    """Every test starts with an empty param store and the same seeds."""
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    yield
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA} (set BNN_ZOO_DATA)")
+    return SHARED_DATA
+
+
+def example_batch(arch: str, n: int = 8):
+    """Random inputs and targets of an architecture's shape."""
+    spec = ARCHITECTURES[arch]
+    x = torch.randn(n, *spec.input_shape)
+    y = torch.randint(0, 10, (n,)) if spec.likelihood == "categorical" else torch.randn(n)
+    return x, y
+
+
+def tiny_config(arch: str, **overrides):
+    """A resolved config for quick in-process runs."""
+    base = {"arch": arch, "train": {"progress": False, "val_samples": 2, "test_samples": 4}}
+    if arch != "toy_mlp":
+        base["data"] = {"train_limit": 256, "val_size": 128, "test_limit": 128}
+    cfg = make_config(base)
+    return resolved(make_config(cfg, [f"{k}={v}" for k, v in overrides.items()]))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A small mnist_mlp trained for one epoch on 600 MNIST images (skips without the data)."""
+    from bnn_zoo.train import train
+
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA}")
+    run_dir = tmp_path_factory.mktemp("tiny_mnist")
+    train(tiny_config("mnist_mlp", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
+                                      "model.hidden": "[32]", "data.train_limit": 600,
+                                      "train.epochs": 1}))
+    return run_dir
+
+
+__all__ = ["ZOO", "SHARED_DATA", "bnn_zoo", "example_batch", "tiny_config"]

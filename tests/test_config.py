@@ -1,0 +1,56 @@
+import pytest
+
+from bnn_zoo.config import ConfigError, config_names, load_config, make_config, resolved
+
+
+def test_shipped_configs_load_and_hold_only_differences():
+    assert {"toy_mlp", "toy_sinusoid", "mnist_mlp", "lenet"} <= set(config_names())
+    for name in config_names():
+        cfg = resolved(load_config(name))
+        assert cfg.run_dir == f"runs/{cfg.arch}"
+    assert load_config("lenet").arch == "lenet"
+    assert resolved(load_config("mnist_mlp")).model.hidden == [400, 400]
+
+
+def test_overrides_and_paths(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("arch: mnist_mlp\nmodel:\n  hidden: [32]\n")
+    cfg = load_config(str(path), ["train.epochs=3", "model.prior_scale=0.5"])
+    assert (cfg.arch, cfg.model.hidden, cfg.train.epochs, cfg.model.prior_scale) == \
+        ("mnist_mlp", [32], 3, 0.5)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.epoch=3"], "train.epoch"),
+    (["train.epochs=many"], "train.epochs"),
+    (["arch=resnet"], "unknown architecture 'resnet'"),
+    (["train.epochs"], "key=value"),
+    (["model.prior_scale=-1"], "model.prior_scale.*positive"),
+    (["arch=lenet", "model.hidden=[10]"], "fixed shape"),
+    (["data.name=mnist"], "does not suit toy_mlp"),
+    (["train.lr_schedule=linear"], "train.lr_schedule"),
+])
+def test_bad_configs_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("toy_mlp", overrides)
+
+
+def test_unknown_config_name_lists_the_shipped_ones(tmp_path):
+    with pytest.raises(ConfigError, match="no config named 'lenett'.*lenet, mnist_mlp"):
+        load_config("lenett")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {epochs: 1\n")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(str(bad))
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("optimiser: sgd\n")
+    with pytest.raises(ConfigError, match="optimiser"):
+        load_config(str(unknown))
+
+
+def test_resolved_fills_architecture_defaults():
+    cfg = resolved(make_config({"arch": "toy_mlp"}))
+    assert cfg.model.hidden == [50, 50] and cfg.data.name == "polynomial"
+    assert resolved(make_config({"arch": "lenet"})).model.hidden is None

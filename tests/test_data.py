@@ -1,0 +1,140 @@
+import gzip
+
+import pytest
+import torch
+from PIL import Image
+
+from bnn_zoo import data
+from bnn_zoo.data import DataError
+
+
+def write_idx(path, tensor: torch.Tensor, gz: bool = False):
+    header = bytes([0, 0, 0x08, tensor.dim()]) + b"".join(
+        s.to_bytes(4, "big") for s in tensor.shape)
+    raw = header + tensor.to(torch.uint8).numpy().tobytes()
+    (gzip.open if gz else open)(path, "wb").write(raw)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_idx_round_trip(tmp_path, gz):
+    images = torch.randint(0, 256, (5, 28, 28), dtype=torch.uint8)
+    path = tmp_path / ("imgs.gz" if gz else "imgs")
+    write_idx(path, images, gz)
+    assert torch.equal(data.read_idx(path), images)
+
+
+def test_read_idx_rejects_bad_files(tmp_path):
+    (tmp_path / "bad").write_bytes(b"\x00\x00\x0d\x01\x00\x00\x00\x01\x00")
+    with pytest.raises(DataError, match="not an unsigned-byte IDX"):
+        data.read_idx(tmp_path / "bad")
+    write_idx(tmp_path / "short", torch.zeros(3, 2, 2))
+    (tmp_path / "short").write_bytes((tmp_path / "short").read_bytes()[:-1])
+    with pytest.raises(DataError, match="truncated"):
+        data.read_idx(tmp_path / "short")
+
+
+def test_notmnist_from_idx_layout(tmp_path):
+    raw = tmp_path / "notMNIST" / "raw"
+    raw.mkdir(parents=True)
+    letters = torch.randint(0, 256, (4, 28, 28), dtype=torch.uint8)
+    write_idx(raw / "t10k-images-idx3-ubyte.gz", letters, gz=True)
+    assert torch.equal(data.load_notmnist(str(tmp_path)), letters)
+
+
+def test_notmnist_from_png_folders(tmp_path):
+    for letter in "AB":
+        (tmp_path / letter).mkdir()
+        Image.new("L", (28, 28), 200).save(tmp_path / letter / "x.png")
+    Image.new("L", (56, 56), 10).save(tmp_path / "A" / "big.png")  # resized to 28x28
+    images = data.load_notmnist(str(tmp_path))
+    assert images.shape == (3, 28, 28) and images.dtype == torch.uint8
+    (tmp_path / "B" / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match="1 unreadable image.*broken.png"):
+        data.load_notmnist(str(tmp_path))
+    assert data.load_notmnist(str(tmp_path), skip_unreadable=True).shape == (3, 28, 28)
+
+
+def test_notmnist_missing_says_where_it_looked(tmp_path):
+    with pytest.raises(DataError, match="notMNIST not found under .*data.root"):
+        data.load_notmnist(str(tmp_path))
+
+
+def test_missing_mnist_offline_error(tmp_path, monkeypatch):
+    with pytest.raises(DataError) as err:
+        data.load_torchvision("mnist", str(tmp_path), download=False)
+    message = str(err.value)
+    for needed in (str(tmp_path.resolve() / "MNIST" / "raw"), "train-images-idx3-ubyte",
+                   "data.root=DIR", "BNN_ZOO_DATA"):
+        assert needed in message
+
+    from torchvision import datasets
+
+    def no_network(self):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(datasets.MNIST, "download", no_network)
+    with pytest.raises(DataError, match="the download failed: network unreachable"):
+        data.load_torchvision("mnist", str(tmp_path), download=True)
+
+
+def test_data_root_order(monkeypatch, tmp_path):
+    monkeypatch.setenv("BNN_ZOO_DATA", str(tmp_path))
+    assert data.data_root("elsewhere") == data.Path("elsewhere")
+    assert data.data_root() == tmp_path
+    monkeypatch.delenv("BNN_ZOO_DATA")
+    assert data.data_root() == data.Path("data")
+
+
+def test_white_noise_is_seeded_in_mnist_range():
+    a, b = data.white_noise(10, seed=3), data.white_noise(10, seed=3)
+    assert torch.equal(a, b) and a.shape == (10, 28, 28) and a.dtype == torch.uint8
+    assert not torch.equal(a, data.white_noise(10, seed=4))
+    assert a.min() == 0 and a.max() == 255
+
+
+def test_normalize_is_shared_and_checks_dtype():
+    x = data.normalize(torch.zeros(2, 28, 28, dtype=torch.uint8))
+    assert x.shape == (2, 1, 28, 28)
+    assert torch.allclose(x, torch.full_like(x, -data.MNIST_MEAN / data.MNIST_STD))
+    with pytest.raises(TypeError):
+        data.normalize(torch.zeros(2, 28, 28))
+
+
+def test_toy_sets():
+    poly = data.toy_data("polynomial")
+    assert poly.x.squeeze(-1).tolist() == pytest.approx([-2, -1.8, -1, 1, 1.8, 2])
+    assert torch.allclose(poly.y, -poly.x.squeeze(-1) ** 4 + 3 * poly.x.squeeze(-1) ** 2 + 1)
+    sine = data.toy_data("sinusoid", seed=0)
+    assert sine.x.shape == (32, 1) and sine.x.min() == -0.5 and sine.x.max() == 0.5
+    assert torch.equal(sine.y, data.toy_data("sinusoid", seed=0).y)
+    residual = sine.y - 10 * torch.sin(2 * torch.pi * sine.x.squeeze(-1))
+    assert 0.5 < residual.std() < 1.5
+    with pytest.raises(DataError, match="unknown toy"):
+        data.toy_data("cubic")
+
+
+def test_validation_split_is_disjoint_and_fixed():
+    train, val = data.validation_split(1000, 100)
+    assert len(val) == 100 and len(train) == 900
+    assert sorted(torch.cat([train, val]).tolist()) == list(range(1000))
+    again_train, again_val = data.validation_split(1000, 100)
+    assert torch.equal(val, again_val) and torch.equal(train, again_train)
+
+
+def test_batches_cover_the_set_once():
+    s = data.TensorSet(torch.arange(10).float().unsqueeze(1), torch.arange(10))
+    seen = torch.cat([y for _, y in s.batches(3)])
+    assert sorted(seen.tolist()) == list(range(10))
+
+
+def test_real_mnist_splits(shared_data):
+    from conftest import tiny_config
+
+    cfg = tiny_config("mnist_mlp", **{"data.root": str(shared_data), "data.train_limit": "null",
+                                      "data.test_limit": "null", "data.val_size": 5000})
+    splits = data.load_splits(cfg)
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (55000, 5000, 10000)
+    assert abs(splits.train.x.mean()) < 0.05 and abs(splits.train.x.std() - 1) < 0.05
+    assert splits.train.x.dtype == torch.float32 and splits.train.y.dtype == torch.int64
+    letters = data.load_notmnist(str(shared_data))
+    assert letters.shape == (10000, 28, 28)
