@@ -85,7 +85,9 @@ class Config:
 def config_path(name: str) -> Path:
     """Find a config by path, or by name among the shipped configs (``configs/NAME.yaml``)."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    # A path if it looks like one; a bare name is a shipped config even when the working
+    # directory holds a folder of that name (a run directory, say).
+    if path.suffix in (".yaml", ".yml") or path.is_file() or len(path.parts) > 1:
         if not path.is_file():
             raise ConfigError(f"config file {name!r} does not exist")
         return path

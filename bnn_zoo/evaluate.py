@@ -19,10 +19,10 @@ from torchmetrics.functional.classification import (
     multiclass_calibration_error,
 )
 
-from .abstention import abstain, uncertainty
+from .abstention import abstain, calibrate_threshold, uncertainty
 from .checkpoint import Trained, load
 from .config import ConfigError
-from .data import DataError, load_notmnist, load_torchvision, normalize, white_noise
+from .data import DataError, load_notmnist, load_torchvision, normalize, validation_split, white_noise
 from .predict import predict
 from .train import pick_device
 
@@ -101,11 +101,29 @@ def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[s
     return out
 
 
+def calibrated_thresholds(trained: Trained, root: str | None, num_samples: int, quantile: float,
+                          coverage: float) -> dict[str, float]:
+    """Per model, the threshold that accepts ``coverage`` of the run's validation split."""
+    cfg = trained.config
+    if not cfg.data.val_size:
+        raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
+    images, labels = load_torchvision(cfg.data.name, root, train=True, download=cfg.data.download)
+    _, val = validation_split(len(images), cfg.data.val_size)
+    x = normalize(images[val]).to(trained.model.noise_scale.device)
+    return {part: calibrate_threshold(probs, labels[val].to(probs.device), quantile, coverage=coverage)
+            for part, probs in sampled_probs(trained, x, num_samples).items()}
+
+
 def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
                  quantile: float = 0.5, threshold: float = 0.2,
                  ood: tuple[str, ...] = OOD_SETS, ood_size: int = 10000, test_size: int | None = None,
-                 data_root: str | None = None, device: str = "auto") -> dict:
-    """Every figure of ``eval.json``, for the BNN and the deterministic twin."""
+                 data_root: str | None = None, device: str = "auto",
+                 coverage: float | None = None) -> dict:
+    """Every figure of ``eval.json``, for the BNN and the deterministic twin.
+
+    With ``coverage``, each model's threshold is calibrated on the run's validation split to
+    accept that fraction of it, instead of the fixed ``threshold``.
+    """
     device = pick_device(device)
     trained = load(run_dir, device)
     cfg = trained.config
@@ -117,7 +135,10 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
     images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
     images, labels = images[:test_size], labels[:test_size]
     in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
-    results = {part: {f"test/{k}": v for k, v in in_distribution(p, labels, quantile, threshold).items()}
+    thresholds = (calibrated_thresholds(trained, root, num_samples, quantile, coverage) if coverage
+                  else dict.fromkeys(in_probs, threshold))
+    results = {part: {"threshold": thresholds[part],
+                      **{f"test/{k}": v for k, v in in_distribution(p, labels, quantile, thresholds[part]).items()}}
                for part, p in in_probs.items()}
     skipped = {}
     for name in ood:
@@ -128,9 +149,9 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
             print(f"skipping {name}: {err}", file=sys.stderr)
             continue
         for part, probs in sampled_probs(trained, x, num_samples).items():
-            results[part].update(ood_rows(name, in_probs[part], probs, quantile, threshold))
-    return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed,
-            "quantile": quantile, "threshold": threshold, "test_size": len(labels),
+            results[part].update(ood_rows(name, in_probs[part], probs, quantile, thresholds[part]))
+    return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed, "quantile": quantile,
+            "threshold": "calibrated" if coverage else threshold, "coverage": coverage, "test_size": len(labels),
             "skipped": skipped, **results}
 
 
@@ -155,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quantile", type=float, default=0.5)
     parser.add_argument("--threshold", type=float, default=0.2)
+    parser.add_argument("--coverage", type=float, default=None,
+                        help="calibrate each model's threshold to accept this fraction of the run's "
+                             "validation split (instead of --threshold)")
+    parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json)")
     parser.add_argument("--ood", nargs="*", default=list(OOD_SETS), choices=OOD_SETS)
     parser.add_argument("--ood-size", type=int, default=10000, help="images per OOD set")
     parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
@@ -165,11 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = evaluate_run(args.run_dir, args.samples, args.seed, args.quantile,
                                args.threshold, tuple(args.ood), args.ood_size, args.test_size,
-                               args.data_root, args.device)
+                               args.data_root, args.device, args.coverage)
     except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    (Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
+    Path(args.output or Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
     print(table(results))
     return 0
 

@@ -38,8 +38,9 @@ def training_curve(metrics: dict, path: Path) -> None:
         if evals:
             ax_val.plot([h["epoch"] for h in evals], [h[key] for h in evals], "o-", label=label)
             ax_val.set_ylabel(key)
-    ax_loss.set(xlabel="epoch", ylabel="nats per training example", yscale="symlog",
+    ax_loss.set(xlabel="epoch", ylabel="nats per training example",
                 title="training loss (negative ELBO / N for the BNN)")
+    ax_loss.set_yscale("symlog", linthresh=0.01)  # log-like, yet a toy NLL may be negative
     ax_loss.legend()
     ax_val.set(xlabel="epoch", title="validation")
     if ax_val.lines:

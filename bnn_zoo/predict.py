@@ -34,9 +34,8 @@ def sample_weights(model: BayesianNet, guide, x: torch.Tensor, num_samples: int)
     return weights
 
 
-def _outputs(model: BayesianNet, weights: dict, x: torch.Tensor) -> torch.Tensor:
-    """Run the plain network once for all weight sets: [S, N, out] logits or means."""
-    net = model.make_net().to("meta")
+def _outputs(model: BayesianNet, net: torch.nn.Module, weights: dict, x: torch.Tensor) -> torch.Tensor:
+    """Run ``net`` (a weightless skeleton) once for all weight sets: [S, N, C] probabilities or [S, N] means."""
     out = vmap(lambda w: functional_call(net, w, (x,)))(weights)
     if model.likelihood == "categorical":
         return out.softmax(-1)
@@ -54,10 +53,11 @@ def predict(model: BayesianNet, guide, x: torch.Tensor, num_samples: int = 100,
     """
     if num_samples < 1 or chunk_size < 1 or batch_size < 1:
         raise ValueError("num_samples, chunk_size and batch_size must be positive")
+    net = model.make_net().to("meta")
     chunks = []
     for start in range(0, num_samples, chunk_size):
         weights = sample_weights(model, guide, x, min(chunk_size, num_samples - start))
-        chunks.append(torch.cat([_outputs(model, weights, xb) for xb in x.split(batch_size)], 1))
+        chunks.append(torch.cat([_outputs(model, net, weights, xb) for xb in x.split(batch_size)], 1))
     return torch.cat(chunks)
 
 

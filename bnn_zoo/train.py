@@ -128,20 +128,20 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
         after_epoch(record, (epoch + 1) % t.eval_every == 0 or epoch + 1 == epochs)
 
 
-def seed_all(seed: int) -> None:
-    pyro.set_rng_seed(seed)  # python, numpy and torch
-
-
 def train(cfg: DictConfig) -> dict:
     """Train the run ``cfg`` describes and write its directory; returns metrics.json's content."""
     cfg = resolved(cfg)
     device = pick_device(cfg.device)
-    seed_all(cfg.seed)
+    pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
     run_dir = Path(cfg.run_dir)
     splits = load_splits(cfg, device)
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml")
-    log = tqdm.write
+
+    def log(message: str) -> None:  # above the progress bars, flushed so a log file keeps up
+        tqdm.write(message)
+        sys.stdout.flush()
+
     log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
         f"run directory {run_dir}")
     metrics = {"config": config_dict(cfg), "bayes": train_bayes(cfg, splits, device, run_dir, log)}

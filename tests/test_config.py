@@ -50,6 +50,12 @@ def test_unknown_config_name_lists_the_shipped_ones(tmp_path):
         load_config(str(unknown))
 
 
+def test_a_name_is_a_shipped_config_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    (tmp_path / "lenet").mkdir()  # e.g. a run directory
+    monkeypatch.chdir(tmp_path)
+    assert load_config("lenet").arch == "lenet"
+
+
 def test_resolved_fills_architecture_defaults():
     cfg = resolved(make_config({"arch": "toy_mlp"}))
     assert cfg.model.hidden == [50, 50] and cfg.data.name == "polynomial"

@@ -34,6 +34,18 @@ def test_evaluate_cli_writes_eval_json(tiny_run, capsys):
     assert json.loads((tiny_run / "eval.json").read_text())["bayes"] == results["bayes"]  # seeded
 
 
+def test_evaluate_calibrates_the_threshold_on_validation(tiny_run, tmp_path):
+    out = tmp_path / "calibrated.json"
+    assert main([str(tiny_run), "--samples", "4", "--test-size", "300", "--ood", "noise",
+                 "--ood-size", "50", "--coverage", "0.9", "--output", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert results["threshold"] == "calibrated" and results["coverage"] == 0.9
+    for part in ("bayes", "twin"):
+        assert 0 < results[part]["threshold"] < 1
+        # 90% of validation accepted; the test set, drawn alike, lands near that.
+        assert 0.02 < results[part]["test/refused"] < 0.2
+
+
 def test_evaluate_rejects_a_toy_run(tmp_path, capsys):
     from conftest import tiny_config
 
