@@ -23,6 +23,7 @@ from .abstention import abstain, calibrate_threshold, uncertainty
 from .checkpoint import Trained, load
 from .config import ConfigError
 from .data import DataError, load_notmnist, load_torchvision, normalize, validation_split, white_noise
+from .metrics import predictive_metrics
 from .predict import predict
 from .train import pick_device
 
@@ -68,8 +69,7 @@ def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float,
     accepted = ~decision.refused
     correct = decision.prediction == labels
     return {
-        "accuracy": (decision.forced == labels).float().mean().item(),
-        "nll": -mean.gather(1, labels[:, None]).clamp_min(1e-12).log().mean().item(),
+        **predictive_metrics(probs, labels, "categorical"),  # forced accuracy and NLL of the mean
         "ece": float(multiclass_calibration_error(mean.cpu(), labels.cpu(), mean.shape[1], n_bins=15)),
         "refused": decision.refused.float().mean().item(),
         "accuracy_accepted": correct[accepted].float().mean().item() if accepted.any() else float("nan"),
@@ -101,6 +101,20 @@ def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[s
     return out
 
 
+def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
+                        test_size: int | None, seed: int) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
+    """A trained classifier run, its data root, and its test set (uint8 images, labels); seeds Pyro."""
+    trained = load(run_dir, pick_device(device))
+    cfg = trained.config
+    if trained.model.likelihood != "categorical":
+        raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
+                          "metrics.json")
+    root = data_root or cfg.data.root
+    pyro.set_rng_seed(seed)
+    images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
+    return trained, root, images[:test_size], labels[:test_size]
+
+
 def calibrated_thresholds(trained: Trained, root: str | None, num_samples: int, quantile: float,
                           coverage: float) -> dict[str, float]:
     """Per model, the threshold that accepts ``coverage`` of the run's validation split."""
@@ -124,16 +138,8 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
     With ``coverage``, each model's threshold is calibrated on the run's validation split to
     accept that fraction of it, instead of the fixed ``threshold``.
     """
-    device = pick_device(device)
-    trained = load(run_dir, device)
-    cfg = trained.config
-    if cfg.arch == "toy_mlp":
-        raise ConfigError("evaluate is for classifiers; toy_mlp runs report their figures in "
-                          "metrics.json")
-    root = data_root or cfg.data.root
-    pyro.set_rng_seed(seed)
-    images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
-    images, labels = images[:test_size], labels[:test_size]
+    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    device = trained.model.noise_scale.device
     in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
     thresholds = (calibrated_thresholds(trained, root, num_samples, quantile, coverage) if coverage
                   else dict.fromkeys(in_probs, threshold))

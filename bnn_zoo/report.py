@@ -10,16 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-import pyro
 import torch
 
 from . import plots
 from .abstention import abstain, risk_coverage
-from .checkpoint import load
 from .config import ConfigError
-from .data import DataError, load_torchvision, normalize
-from .evaluate import ood_images, sampled_probs
-from .train import pick_device
+from .data import DataError, normalize
+from .evaluate import in_distribution, load_for_evaluation, ood_images, sampled_probs
 
 LABELS = {"bayes": "Bayesian", "twin": "deterministic"}
 OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
@@ -47,32 +44,21 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                      test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> dict:
     """Refusals on MNIST test and an OOD set for a trained run; writes JSON and plots to out_dir."""
-    device = pick_device(device)
-    trained = load(run_dir, device)
-    cfg = trained.config
-    if cfg.arch == "toy_mlp":
-        raise ConfigError("the rejection report is for classifiers, not toy_mlp")
+    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    device = trained.model.noise_scale.device
+    labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    root = data_root or cfg.data.root
-    pyro.set_rng_seed(seed)
-    images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
-    images, labels = images[:test_size], labels[:test_size].to(device)
     ood_raw = ood_images(ood, root, ood_size, seed)
     in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
     ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
 
     rows = {}
     for part in in_probs:
-        mnist, other = abstain(in_probs[part], quantile, threshold), abstain(ood_probs[part], quantile, threshold)
-        accepted = ~mnist.refused
-        rows[part] = {
-            "refused_mnist": mnist.refused.float().mean().item(),
-            "accuracy_accepted_mnist": (mnist.prediction[accepted] == labels[accepted]).float().mean().item()
-            if accepted.any() else float("nan"),
-            "forced_accuracy_mnist": (mnist.forced == labels).float().mean().item(),
-            f"refused_{ood}": other.refused.float().mean().item(),
-        }
+        mnist = in_distribution(in_probs[part], labels, quantile, threshold)
+        rows[part] = {"refused_mnist": mnist["refused"], "accuracy_accepted_mnist": mnist["accuracy_accepted"],
+                      "forced_accuracy_mnist": mnist["accuracy"],
+                      f"refused_{ood}": abstain(ood_probs[part], quantile, threshold).refused.float().mean().item()}
     result = {"run_dir": str(run_dir), "ood": ood, "num_samples": num_samples, "quantile": quantile,
               "threshold": threshold, "test_size": len(labels), "ood_size": len(ood_raw), **rows}
     (out_dir / f"reject_{ood}.json").write_text(json.dumps(result, indent=2))
