@@ -78,6 +78,11 @@ class Trained:
     twin: Optional[nn.Module] = None  # the deterministic twin, when the run trained one
     epoch: int = 0
 
+    @property
+    def device(self) -> torch.device:
+        """Where the run was loaded (its prior and noise buffers live there)."""
+        return self.model.noise_scale.device
+
 
 def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
     """Rebuild a trained run's model, guide and deterministic twin from its checkpoints."""

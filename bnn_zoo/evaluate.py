@@ -123,7 +123,7 @@ def calibrated_thresholds(trained: Trained, root: str | None, num_samples: int, 
         raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
     images, labels = load_torchvision(cfg.data.name, root, train=True, download=cfg.data.download)
     _, val = validation_split(len(images), cfg.data.val_size)
-    x = normalize(images[val]).to(trained.model.noise_scale.device)
+    x = normalize(images[val]).to(trained.device)
     return {part: calibrate_threshold(probs, labels[val].to(probs.device), quantile, coverage=coverage)
             for part, probs in sampled_probs(trained, x, num_samples).items()}
 
@@ -139,7 +139,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
     accept that fraction of it, instead of the fixed ``threshold``.
     """
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
-    device = trained.model.noise_scale.device
+    device = trained.device
     in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
     thresholds = (calibrated_thresholds(trained, root, num_samples, quantile, coverage) if coverage
                   else dict.fromkeys(in_probs, threshold))

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     good = [a for a in answers if "error" not in a]
     if good:
         pyro.set_rng_seed(args.seed)
-        x = normalize(torch.stack(pixels)).to(trained.model.noise_scale.device)
+        x = normalize(torch.stack(pixels)).to(trained.device)
         decision = abstain(predict(trained.model, trained.guide, x, args.samples),
                            args.quantile, args.threshold)
         for i, answer in enumerate(good):

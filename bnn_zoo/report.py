@@ -45,7 +45,7 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> dict:
     """Refusals on MNIST test and an OOD set for a trained run; writes JSON and plots to out_dir."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
-    device = trained.model.noise_scale.device
+    device = trained.device
     labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
     out_dir.mkdir(parents=True, exist_ok=True)
