@@ -15,7 +15,20 @@ pyro.settings.set(module_local_params=True)
 
 from .checkpoint import Trained, load  # noqa: E402
 from .predict import predict  # noqa: E402
-from .zoo import ARCHITECTURES, BayesianNet, GaussianPrior, build, make_guide, make_net  # noqa: E402
+from .zoo import (  # noqa: E402
+    ARCHITECTURES,
+    BayesianNet,
+    DirectAutoNormal,
+    GaussianNoise,
+    GaussianPrior,
+    ScaleMixturePrior,
+    build,
+    make_guide,
+    make_net,
+    make_prior,
+    make_twin,
+)
 
-__all__ = ["ARCHITECTURES", "BayesianNet", "GaussianPrior", "Trained", "build", "load",
-           "make_guide", "make_net", "predict"]
+__all__ = ["ARCHITECTURES", "BayesianNet", "DirectAutoNormal", "GaussianNoise", "GaussianPrior",
+           "ScaleMixturePrior", "Trained", "build", "load", "make_guide", "make_net", "make_prior",
+           "make_twin", "predict"]

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from .config import make_config
-from .zoo import BayesianNet, architecture, build, make_net
+from .zoo import BayesianNet, architecture, build, make_prior, make_twin
 
 CHECKPOINT = "checkpoint.pt"
 TWIN_CHECKPOINT = "twin.pt"
@@ -56,18 +56,22 @@ def build_from_config(cfg: DictConfig, num_data: Optional[int] = None,
     """The (model, guide) pair a resolved config describes, on ``device``, guide parameters created."""
     spec = architecture(cfg.arch)
     m = cfg.model
-    model, guide = build(cfg.arch, num_data=num_data,
-                         hidden=list(m.hidden) if m.hidden is not None else None,
-                         prior_scale=m.prior_scale, init_scale=m.init_scale,
-                         noise_scale=m.noise_scale)
+    prior = make_prior(m.prior, m.prior_scale, m.mixture_pi, m.mixture_scale1, m.mixture_scale2,
+                       m.learn_prior)
+    model, guide = build(cfg.arch, num_data=num_data, hidden=_hidden(cfg), prior=prior,
+                         init_scale=m.init_scale, noise=m.noise, noise_scale=m.noise_scale,
+                         local_reparam=m.reparam == "local")
     model.to(device)
     guide(torch.zeros(1, *spec.input_shape, device=device))  # creates the guide's parameters
     return model, guide
 
 
+def _hidden(cfg: DictConfig) -> Optional[list[int]]:
+    return list(cfg.model.hidden) if cfg.model.hidden is not None else None
+
+
 def twin_from_config(cfg: DictConfig, device: str | torch.device = "cpu") -> nn.Module:
-    hidden = list(cfg.model.hidden) if cfg.model.hidden is not None else None
-    return make_net(cfg.arch, hidden).to(device)
+    return make_twin(cfg.arch, _hidden(cfg), cfg.model.noise, cfg.model.noise_scale).to(device)
 
 
 @dataclass
@@ -80,8 +84,8 @@ class Trained:
 
     @property
     def device(self) -> torch.device:
-        """Where the run was loaded (its prior and noise buffers live there)."""
-        return self.model.noise_scale.device
+        """Where the run was loaded (its prior and noise tensors live there)."""
+        return self.model.device
 
 
 def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:

@@ -178,8 +178,8 @@ def sinusoid(x: torch.Tensor) -> torch.Tensor:
 
 
 TOY_FUNCTIONS = {"polynomial": polynomial, "sinusoid": sinusoid}
-# Ranges for plots: well beyond the observed inputs.
-TOY_PLOT_RANGE = {"polynomial": (-5.0, 5.0), "sinusoid": (-2.0, 2.0)}
+# Ranges for plots, well beyond the observed inputs (Bayes by Backprop's tutorial went to +-100).
+TOY_PLOT_RANGES = {"polynomial": [(-5.0, 5.0), (-100.0, 100.0)], "sinusoid": [(-5.0, 5.0)]}
 
 
 def toy_data(name: str, seed: int = 0) -> TensorSet:

@@ -50,27 +50,53 @@ def training_curve(metrics: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def toy_predictive(grid: torch.Tensor, samples: torch.Tensor, noise_scale: float,
-                   train_x: torch.Tensor, train_y: torch.Tensor, twin: torch.Tensor | None,
-                   truth: torch.Tensor, path: Path, title: str) -> None:
-    """Posterior predictive mean with its 95% band (function spread, and with observation noise)."""
-    samples = samples.cpu()
-    noisy = samples + noise_scale * torch.randn_like(samples)
-    lo, hi = _np(torch.quantile(samples, torch.tensor([0.025, 0.975]), dim=0))
-    nlo, nhi = _np(torch.quantile(noisy, torch.tensor([0.025, 0.975]), dim=0))
-    grid = _np(grid)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.fill_between(grid, nlo, nhi, color="tab:blue", alpha=0.15, label="95% predictive (with noise)")
-    ax.fill_between(grid, lo, hi, color="tab:blue", alpha=0.35, label="95% of the function")
-    ax.plot(grid, _np(samples.mean(0)), color="tab:blue", label="posterior predictive mean")
-    ax.plot(grid, _np(truth), "k--", lw=1, label="true function")
-    if twin is not None:
-        ax.plot(grid, _np(twin), color="tab:red", label="deterministic twin")
-    ax.scatter(_np(train_x), _np(train_y), color="black", zorder=5, label="training points")
-    span = float(train_y.max() - train_y.min())
-    ax.set_ylim(float(train_y.min()) - 2 * span, float(train_y.max()) + 2 * span)
-    ax.set(xlabel="x", ylabel="y", title=title)
-    ax.legend(loc="lower center", fontsize=8)
+def variance_parts(samples: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Split a regression predictive [S, N, 2] (mean, noise scale per sample) into its mean and
+    standard deviations: epistemic (spread of the mean over posterior samples), aleatoric (root of
+    the expected noise variance) and total (root of their sum of squares)."""
+    loc, scale = samples.unbind(-1)
+    epistemic = loc.std(0) if len(loc) > 1 else torch.zeros_like(loc[0])
+    aleatoric = scale.pow(2).mean(0).sqrt()
+    return {"mean": loc.mean(0), "epistemic": epistemic, "aleatoric": aleatoric,
+            "total": (epistemic ** 2 + aleatoric ** 2).sqrt()}
+
+
+def toy_predictive(panels: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]],
+                   train_x: torch.Tensor, train_y: torch.Tensor, path: Path, title: str) -> None:
+    """One column per x range: the predictive mean with +-2 sd bands, epistemic inside total
+    (epistemic plus aleatoric), the twin's mean and its +-2 noise-sd band, the true function;
+    below, the two standard deviations against x on a log scale.
+
+    ``panels``: (grid [G], Bayesian samples [S, G, 2], twin outputs [G, 2] or None, truth [G]).
+    """
+    fig, axes = plt.subplots(2, len(panels), figsize=(7 * len(panels), 7.5), squeeze=False,
+                             gridspec_kw={"height_ratios": [2, 1]})
+    for (grid, samples, twin, truth), ax, ax_sd in zip(panels, axes[0], axes[1]):
+        parts = {k: _np(v) for k, v in variance_parts(samples.cpu()).items()}
+        g, mean = _np(grid), parts["mean"]
+        ax.fill_between(g, mean - 2 * parts["total"], mean + 2 * parts["total"], color="tab:blue",
+                        alpha=0.15, label="+-2 sd, total (epistemic + aleatoric)")
+        ax.fill_between(g, mean - 2 * parts["epistemic"], mean + 2 * parts["epistemic"],
+                        color="tab:blue", alpha=0.4, label="+-2 sd, epistemic")
+        ax.plot(g, mean, color="tab:blue", label="Bayesian predictive mean")
+        if twin is not None:
+            t_mean, t_sd = _np(twin[:, 0]), _np(twin[:, 1])
+            ax.plot(g, t_mean, color="tab:red", label="deterministic twin")
+            ax.fill_between(g, t_mean - 2 * t_sd, t_mean + 2 * t_sd, color="tab:red", alpha=0.15,
+                            label="twin +-2 sd (its noise only)")
+        ax.plot(g, _np(truth), "k--", lw=1, label="true function")
+        ax.scatter(_np(train_x), _np(train_y), color="black", s=12, zorder=5, label="training points")
+        lo, hi = np.min(mean - 2 * parts["total"]), np.max(mean + 2 * parts["total"])
+        lo, hi = min(lo, float(train_y.min())), max(hi, float(train_y.max()))
+        ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))  # the truth may leave the axes
+        ax.set(xlabel="x", ylabel="y", title=f"{title}, x in [{g[0]:g}, {g[-1]:g}]")
+        ax_sd.plot(g, parts["epistemic"], label="epistemic sd")
+        ax_sd.plot(g, parts["aleatoric"], label="aleatoric sd")
+        ax_sd.axvspan(float(train_x.min()), float(train_x.max()), color="grey", alpha=0.15,
+                      label="observed x range")
+        ax_sd.set(xlabel="x", ylabel="standard deviation", yscale="log")
+        ax_sd.legend(fontsize=8)
+    axes[0][0].legend(loc="lower center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -170,4 +196,42 @@ def reliability(curves: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pruning_curves(rows: dict[str, list[dict]], path: Path, title: str) -> None:
+    """Accuracy and refusal rates against the fraction of weights pruned, one line per ranking."""
+    fig, (ax_acc, ax_ref) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, (label, points) in enumerate(rows.items()):
+        pruned = [100 * p["pruned"] for p in points]
+        ax_acc.plot(pruned, [100 * p["accuracy"] for p in points], "o-", color=f"C{i}", label=label)
+        ax_ref.plot(pruned, [100 * p["refused_mnist"] for p in points], "o-", color=f"C{i}",
+                    label=f"MNIST, {label}")
+        ax_ref.plot(pruned, [100 * p["refused_notmnist"] for p in points], "s--", color=f"C{i}",
+                    label=f"notMNIST, {label}")
+    ax_acc.set(xlabel="weights pruned (%)", ylabel="MNIST test accuracy (%)", title=title)
+    ax_ref.set(xlabel="weights pruned (%)", ylabel="refused (%)", title="refusals (median prob < 0.2)")
+    for ax in (ax_acc, ax_ref):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def weight_posteriors(loc_scale: dict[str, tuple[torch.Tensor, torch.Tensor]], path: Path,
+                      title: str = "weight posteriors") -> None:
+    """One row per parameter tensor: histograms of the posterior means, sds and log10 SNR."""
+    fig, axes = plt.subplots(len(loc_scale), 3, figsize=(13, 1.9 * len(loc_scale) + 0.6), squeeze=False)
+    for (name, (loc, scale)), (ax_mu, ax_sd, ax_snr) in zip(loc_scale.items(), axes):
+        loc, scale = _np(loc).ravel(), _np(scale).ravel()
+        ax_mu.hist(loc, bins=100, color="tab:blue")
+        ax_sd.hist(scale, bins=100, color="tab:orange")
+        ax_snr.hist(np.log10(np.abs(loc) / scale + 1e-12), bins=100, color="tab:green")
+        ax_mu.set_ylabel(f"{name}\n({loc.size} weights)", fontsize=8)
+    for ax, label in zip(axes[-1], ("posterior mean mu", "posterior sd sigma", "log10 SNR |mu|/sigma")):
+        ax.set_xlabel(label)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -35,21 +35,24 @@ def sample_weights(model: BayesianNet, guide, x: torch.Tensor, num_samples: int)
 
 
 def _outputs(model: BayesianNet, net: torch.nn.Module, weights: dict, x: torch.Tensor) -> torch.Tensor:
-    """Run ``net`` (a weightless skeleton) once for all weight sets: [S, N, C] probabilities or [S, N] means."""
+    """Run ``net`` (a weightless skeleton) once for all weight sets: [S, N, C] probabilities, or
+    [S, N, 2] (mean, noise scale) for regression."""
     out = vmap(lambda w: functional_call(net, w, (x,)))(weights)
     if model.likelihood == "categorical":
         return out.softmax(-1)
-    return out.squeeze(-1)
+    return model.noise(out)
 
 
 @torch.no_grad()
 def predict(model: BayesianNet, guide, x: torch.Tensor, num_samples: int = 100,
-            chunk_size: int = 10, batch_size: int = 500) -> torch.Tensor:
-    """Posterior predictive on ``x``: class probabilities [S, N, C] or regression means [S, N].
+            chunk_size: int = 10, batch_size: int = 500, keep: dict | None = None) -> torch.Tensor:
+    """Posterior predictive on ``x``: class probabilities [S, N, C], or for regression each
+    sample's Normal as [S, N, 2] (mean, noise scale).
 
     Weights are drawn ``chunk_size`` samples at a time and each chunk runs as one batched pass
     over ``batch_size`` inputs, so memory is bounded by chunk_size x batch_size activations.
-    Result on x's device, without gradients.
+    ``keep`` ({parameter name: bool mask}) zeroes the weights where the mask is False in every
+    sample (pruning). Result on x's device, without gradients.
     """
     if num_samples < 1 or chunk_size < 1 or batch_size < 1:
         raise ValueError("num_samples, chunk_size and batch_size must be positive")
@@ -57,6 +60,8 @@ def predict(model: BayesianNet, guide, x: torch.Tensor, num_samples: int = 100,
     chunks = []
     for start in range(0, num_samples, chunk_size):
         weights = sample_weights(model, guide, x, min(chunk_size, num_samples - start))
+        for name, mask in (keep or {}).items():
+            weights[name] = weights[name] * mask
         chunks.append(torch.cat([_outputs(model, net, weights, xb) for xb in x.split(batch_size)], 1))
     return torch.cat(chunks)
 

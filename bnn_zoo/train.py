@@ -15,13 +15,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pyro
+import pyro.poutine as poutine
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
-from pyro.infer import Trace_ELBO
+from pyro.distributions.kl import kl_divergence
+from pyro.distributions.util import scale_and_mask
+from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
+from pyro.infer.util import is_validation_enabled
+from pyro.poutine.util import prune_subsample_sites, site_is_subsample
+from pyro.util import check_model_guide_match
 from tqdm.auto import tqdm
 
 from . import plots
@@ -36,29 +42,100 @@ from .checkpoint import (
     twin_from_config,
 )
 from .config import ConfigError, load_config, make_config, resolved
-from .data import TOY_FUNCTIONS, TOY_PLOT_RANGE, DataError, Splits, TensorSet, load_splits
+from .data import TOY_FUNCTIONS, TOY_PLOT_RANGES, DataError, Splits, TensorSet, load_splits
 from .metrics import predictive_metrics
 from .predict import predict
-from .zoo import architecture
+from .zoo import architecture, hyperparameters
 
 
-class LoggedTrace_ELBO(Trace_ELBO):
-    """Trace_ELBO that also sums its data-fit part, -log p(y | w) (scaled to the full data set),
-    so the loss splits into data fit and KL (loss - data fit) at no extra cost."""
+class DataFitLog:
+    """Mixin for a Pyro ELBO that also sums its data-fit part, -log p(y | w) (scaled to the full
+    data set), so the loss splits into data fit and KL (loss - data fit) at no extra cost."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.data_fit = 0.0
 
-    def _differentiable_loss_particle(self, model_trace, guide_trace):
+    def _log_data_fit(self, model_trace) -> None:
         observed = [s["log_prob_sum"] for s in model_trace.nodes.values()
                     if s["type"] == "sample" and s["is_observed"]]
         self.data_fit -= sum(observed).detach() / self.num_particles
-        return super()._differentiable_loss_particle(model_trace, guide_trace)
 
     def pop_data_fit(self) -> float:
         total, self.data_fit = float(self.data_fit), 0.0
         return total
+
+
+class LoggedTrace_ELBO(DataFitLog, Trace_ELBO):
+    """Trace_ELBO (every KL term by Monte Carlo) that logs its data-fit part."""
+
+    def _differentiable_loss_particle(self, model_trace, guide_trace):
+        self._log_data_fit(model_trace)
+        return super()._differentiable_loss_particle(model_trace, guide_trace)
+
+
+class LoggedTraceMeanField_ELBO(DataFitLog, TraceMeanField_ELBO):
+    """TraceMeanField_ELBO (closed-form KL where one exists) that logs its data-fit part, and
+    computes log-densities only where the loss uses them: the observed sites, and the latent sites
+    whose KL has no closed form. (Pyro's computes every site's prior and posterior log-density,
+    then discards those of the closed-form sites.)"""
+
+    def _get_trace(self, model, guide, args, kwargs):
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        if is_validation_enabled():
+            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
+        model_trace, guide_trace = prune_subsample_sites(model_trace), prune_subsample_sites(guide_trace)
+        model_trace.compute_log_prob(lambda _name, site: site["is_observed"])
+        return model_trace, guide_trace
+
+    def _differentiable_loss_particle(self, model_trace, guide_trace):
+        self._log_data_fit(model_trace)
+        elbo = 0.0
+        for name, site in model_trace.nodes.items():
+            if site["type"] != "sample":
+                continue
+            if site["is_observed"]:
+                elbo = elbo + site["log_prob_sum"]
+                continue
+            q = guide_trace.nodes[name]
+            try:
+                kl = kl_divergence(q["fn"], site["fn"])
+            except NotImplementedError:  # Monte Carlo: log q(w) - log p(w) at the drawn w
+                kl = q["fn"].log_prob(q["value"]) - site["fn"].log_prob(site["value"])
+            elbo = elbo - scale_and_mask(kl, q["scale"], q["mask"]).sum()
+        for name, q in guide_trace.nodes.items():  # auxiliary guide sites (e.g. Pyro's AutoNormal)
+            if q["type"] == "sample" and name not in model_trace.nodes:
+                elbo = elbo - scale_and_mask(q["fn"].log_prob(q["value"]), q["scale"], q["mask"]).sum()
+        return -elbo.detach(), -elbo
+
+
+ELBOS = {"meanfield": LoggedTraceMeanField_ELBO, "trace": LoggedTrace_ELBO}
+
+
+def kl_estimators(elbo: str, model, guide, x: torch.Tensor, y: torch.Tensor) -> dict[str, list[str]]:
+    """Which weight sites' KL terms the ELBO takes in closed form and which by Monte Carlo."""
+    guide_trace = poutine.trace(guide).get_trace(x, y)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    found: dict[str, list[str]] = {"closed_form": [], "monte_carlo": []}
+    for name, site in model_trace.nodes.items():
+        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+            continue
+        try:
+            if elbo != "meanfield":
+                raise NotImplementedError
+            kl_divergence(guide_trace.nodes[name]["fn"], site["fn"])
+            found["closed_form"].append(name)
+        except NotImplementedError:
+            found["monte_carlo"].append(name)
+    return found
+
+
+def _kl_line(elbo: str, found: dict[str, list[str]]) -> str:
+    parts = [f"{kind.replace('_', ' ')} for {len(names)} weight sites"
+             for kind, names in found.items() if names]
+    base = "TraceMeanField_ELBO" if elbo == "meanfield" else "Trace_ELBO"
+    return f"ELBO {base}: KL {', '.join(parts)}"
 
 
 class TrainingError(RuntimeError):
@@ -90,10 +167,11 @@ def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int)
 
 def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
         t: DictConfig, epochs: int, history: list, per_example: float,
-        after_epoch: Callable[[dict, bool], None]) -> None:
+        after_epoch: Callable[[dict, bool], Optional[bool]]) -> None:
     """The epoch loop shared by the BNN and its twin: minibatches on the device, a progress bar,
     a check for non-finite losses, then ``after_epoch(record, due)``, where ``due`` says it is
-    time to evaluate and checkpoint (every ``t.eval_every`` epochs and the last).
+    time to evaluate and checkpoint (every ``t.eval_every`` epochs and the last); it returns True
+    to stop early.
 
     ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
     """
@@ -125,7 +203,8 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
                   "lr": optimizer.param_groups[0]["lr"]}
         if not over_epochs.disable:
             over_epochs.set_postfix(loss=f"{mean_loss:.4f}", refresh=False)
-        after_epoch(record, (epoch + 1) % t.eval_every == 0 or epoch + 1 == epochs)
+        if after_epoch(record, (epoch + 1) % t.eval_every == 0 or epoch + 1 == epochs):
+            break
 
 
 def train(cfg: DictConfig) -> dict:
@@ -155,7 +234,7 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _evaluate(samples_fn: Callable[[torch.Tensor], torch.Tensor], data: TensorSet, cfg) -> dict:
-    return predictive_metrics(samples_fn(data.x), data.y, architecture(cfg.arch).likelihood, cfg.model.noise_scale)
+    return predictive_metrics(samples_fn(data.x), data.y, architecture(cfg.arch).likelihood)
 
 
 def _prefixed(prefix: str, figures: dict) -> dict:
@@ -167,13 +246,34 @@ def _summary(history: list, test: dict) -> dict:
             **_prefixed("test", test)}
 
 
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with its fused kernel (one pass over all parameters; CPU and CUDA)."""
+    return torch.optim.Adam(list(params), lr=lr, fused=True)
+
+
+def bayes_objective(cfg, num_data: int, device):
+    """(model, guide, ELBO, optimizer) as training uses them: ``elbo(model, guide)`` is the loss
+    module; Adam moves the guide's parameters and the model's own (learned prior, noise scale).
+    Training steps run under ``without_validation()``."""
+    model, guide = build_from_config(cfg, num_data, device)
+    elbo = ELBOS[cfg.train.elbo](num_particles=cfg.train.num_particles)
+    return model, guide, elbo, adam([*guide.parameters(), *model.parameters()], cfg.train.lr)
+
+
+def without_validation():
+    """Pyro's and torch.distributions' argument checks off, for the training steps: they cost a
+    third of a mnist_mlp step. The traced run of ``kl_estimators`` before training keeps them on."""
+    return pyro.validation_enabled(False)
+
+
 def train_bayes(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
     t = cfg.train
     num_data = len(splits.train)
-    model, guide = build_from_config(cfg, num_data, device)
-    optimizer = torch.optim.Adam(guide.parameters(), lr=t.lr)
+    model, guide, elbo, optimizer = bayes_objective(cfg, num_data, device)
     scheduler = make_scheduler(optimizer, t, t.epochs)
     history: list = []
+    kl = kl_estimators(t.elbo, model, guide, splits.train.x[:2], splits.train.y[:2])
+    log(_kl_line(t.elbo, kl))
     path = run_dir / CHECKPOINT
     if cfg.resume:
         state = read(path, device)
@@ -182,13 +282,12 @@ def train_bayes(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
         history = state["history"]
         torch.set_rng_state(state["rng"])
         log(f"resumed {path} after epoch {state['epoch']}")
-    elbo = LoggedTrace_ELBO(num_particles=t.num_particles)
     loss_fn = elbo(model, guide)
     sample = lambda x, n: predict(model, guide, x, n)  # noqa: E731
 
     def after_epoch(record: dict, due: bool) -> None:
         data_fit = elbo.pop_data_fit() / record["steps"] / num_data
-        record.update(data_fit=data_fit, kl=record["loss"] - data_fit)
+        record.update(data_fit=data_fit, kl=record["loss"] - data_fit, **hyperparameters(model))
         history.append(record)
         if not due:
             return
@@ -196,19 +295,21 @@ def train_bayes(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
             record.update(_prefixed("val", _evaluate(lambda x: sample(x, t.val_samples), splits.val, cfg)))
         log(_line("bayes", record))
         save_bayes(path, cfg, record["epoch"], num_data, model, guide, optimizer, scheduler, history)
+        return reached(record, t.stop_at_accuracy)
 
-    fit("bayes", loss_fn, optimizer, scheduler, splits.train, t, t.epochs, history,
-        1.0 / num_data, after_epoch)
+    with without_validation():
+        fit("bayes", loss_fn, optimizer, scheduler, splits.train, t, t.epochs, history,
+            1.0 / num_data, after_epoch)
     test = _evaluate(lambda x: sample(x, t.test_samples), splits.test, cfg)
     log(f"bayes test ({t.test_samples} posterior samples): {_figures(test)}")
-    return _summary(history, test)
+    return {**_summary(history, test), "kl_estimator": kl}
 
 
 def train_twin(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
     t = cfg.train
     epochs, lr = t.twin_epochs or t.epochs, t.twin_lr or t.lr
     net = twin_from_config(cfg, device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    optimizer = adam(net.parameters(), lr)
     scheduler = make_scheduler(optimizer, t, epochs)
     history: list = []
     path = run_dir / TWIN_CHECKPOINT
@@ -221,10 +322,9 @@ def train_twin(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
     if architecture(cfg.arch).likelihood == "categorical":
         loss_fn = lambda x, y: F.cross_entropy(net(x), y)  # noqa: E731
         outputs = lambda x: net(x).softmax(-1).unsqueeze(0)  # noqa: E731
-    else:
-        dist = lambda x: torch.distributions.Normal(net(x).squeeze(-1), cfg.model.noise_scale)  # noqa: E731
-        loss_fn = lambda x, y: -dist(x).log_prob(y).mean()  # noqa: E731
-        outputs = lambda x: net(x).squeeze(-1).unsqueeze(0)  # noqa: E731
+    else:  # the twin outputs (mean, noise scale): maximum likelihood of both
+        loss_fn = lambda x, y: -torch.distributions.Normal(*net(x).unbind(-1)).log_prob(y).mean()  # noqa: E731
+        outputs = lambda x: net(x).unsqueeze(0)  # noqa: E731
     evaluate = torch.no_grad()(lambda data: _evaluate(outputs, data, cfg))
 
     def after_epoch(record: dict, due: bool) -> None:
@@ -235,11 +335,17 @@ def train_twin(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
             record.update(_prefixed("val", evaluate(splits.val)))
         log(_line("twin", record))
         save_twin(path, cfg, record["epoch"], net, optimizer, scheduler, history)
+        return reached(record, t.stop_at_accuracy)
 
     fit("twin", loss_fn, optimizer, scheduler, splits.train, t, epochs, history, 1.0, after_epoch)
     test = evaluate(splits.test)
     log(f"twin test: {_figures(test)}")
     return _summary(history, test)
+
+
+def reached(record: dict, target: Optional[float]) -> bool:
+    """Whether an epoch's validation accuracy reached ``target`` (never when target is None)."""
+    return target is not None and record.get("val/accuracy", -1.0) >= target
 
 
 def _figures(d: dict) -> str:
@@ -253,18 +359,19 @@ def _line(label: str, record: dict) -> str:
 
 @torch.no_grad()
 def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> None:
-    """The toy run's posterior predictive over a range well beyond the data, twin on the same axes."""
+    """The toy run's predictive, epistemic and aleatoric bands, over ranges well beyond the data."""
     from .checkpoint import load
 
     trained = load(run_dir, device)
-    lo, hi = TOY_PLOT_RANGE[cfg.data.name]
-    grid = torch.linspace(lo, hi, 400, device=device).unsqueeze(-1)
-    samples = predict(trained.model, trained.guide, grid, cfg.train.test_samples)
-    twin = trained.twin(grid).squeeze(-1) if trained.twin is not None else None
-    truth = TOY_FUNCTIONS[cfg.data.name](grid.squeeze(-1))
-    plots.toy_predictive(grid.squeeze(-1), samples, cfg.model.noise_scale, splits.train.x.squeeze(-1),
-                         splits.train.y, twin, truth, run_dir / "predictive.png",
-                         f"{cfg.arch} on {cfg.data.name}: posterior predictive")
+    truth_fn = TOY_FUNCTIONS[cfg.data.name]
+    panels = []
+    for lo, hi in TOY_PLOT_RANGES[cfg.data.name]:
+        grid = torch.linspace(lo, hi, 801, device=device)
+        samples = predict(trained.model, trained.guide, grid.unsqueeze(-1), cfg.train.test_samples)
+        twin = trained.twin(grid.unsqueeze(-1)) if trained.twin is not None else None
+        panels.append((grid, samples, twin, truth_fn(grid)))
+    plots.toy_predictive(panels, splits.train.x.squeeze(-1), splits.train.y, run_dir / "predictive.png",
+                         f"{cfg.arch} on {cfg.data.name} ({cfg.model.noise} noise)")
 
 
 def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:

@@ -7,13 +7,17 @@ from pyro.infer import Trace_ELBO
 from bnn_zoo import load, predict
 from bnn_zoo.checkpoint import CHECKPOINT, TWIN_CHECKPOINT, build_from_config, save_bayes, save_twin, twin_from_config
 from bnn_zoo.train import make_scheduler
+from bnn_zoo.zoo import hyperparameters
+
+LEARNED = {"model.prior": "scale_mixture", "model.learn_prior": True, "model.noise": "homoscedastic"}
 
 
+@pytest.mark.parametrize("options", [{}, LEARNED], ids=["default", "learned_mixture"])
 @pytest.mark.parametrize("arch", ZOO)
-def test_checkpoint_round_trip_gives_identical_predictions(arch, tmp_path):
-    cfg = tiny_config(arch)
+def test_checkpoint_round_trip_gives_identical_predictions(arch, options, tmp_path):
+    cfg = tiny_config(arch, **options)
     model, guide = build_from_config(cfg, num_data=64)
-    optimizer = torch.optim.Adam(guide.parameters(), lr=1e-2)
+    optimizer = torch.optim.Adam([*guide.parameters(), *model.parameters()], lr=1e-2)
     x, y = example_batch(arch, 16)
     loss_fn = Trace_ELBO()(model, guide)
     for _ in range(3):
@@ -30,6 +34,9 @@ def test_checkpoint_round_trip_gives_identical_predictions(arch, tmp_path):
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["epoch"] == 3
     trained = load(tmp_path)
     assert trained.model.num_data == 64 and trained.epoch == 3
+    assert hyperparameters(trained.model) == hyperparameters(model)
+    if options:  # learned hyperparameters moved and came back
+        assert hyperparameters(model)["prior/pi"] != 0.25
     pyro.set_rng_seed(7)
     before = predict(model, guide, x, num_samples=5)
     pyro.set_rng_seed(7)

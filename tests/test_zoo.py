@@ -1,16 +1,32 @@
+import math
+
 import pyro
 import pyro.poutine as poutine
 import pytest
 import torch
 from conftest import ZOO, example_batch
-from pyro.infer import SVI, Predictive, Trace_ELBO
+from pyro.infer import SVI, Predictive, Trace_ELBO, TraceMeanField_ELBO
 from pyro.poutine.util import site_is_subsample
 from torch import nn
 
-from bnn_zoo import BayesianNet, GaussianPrior, build, make_guide, make_net
+from bnn_zoo import (
+    ARCHITECTURES,
+    BayesianNet,
+    GaussianNoise,
+    GaussianPrior,
+    ScaleMixturePrior,
+    build,
+    make_guide,
+    make_net,
+    make_prior,
+    make_twin,
+    predict,
+)
 from bnn_zoo.config import make_config
 from bnn_zoo.data import TensorSet
+from bnn_zoo.plots import variance_parts
 from bnn_zoo.train import fit
+from bnn_zoo.zoo import MLP, PRIORS, hyperparameters
 
 
 @pytest.mark.parametrize("arch", ZOO)
@@ -124,14 +140,134 @@ def test_conjugate_linear_regression_recovers_the_posterior_mean():
     precision = design.T @ design / noise ** 2 + torch.eye(d + 1) / prior_scale ** 2
     exact = torch.linalg.solve(precision, design.T @ y / noise ** 2)
 
-    model = BayesianNet(lambda: nn.Linear(d, 1), "gaussian", GaussianPrior(prior_scale), noise, n)
+    model = BayesianNet(lambda: nn.Linear(d, 1), "gaussian", GaussianPrior(prior_scale),
+                        GaussianNoise("fixed", noise), n)
     guide = make_guide(model, init_scale=0.05)
     guide(x[:2], y[:2])
     optimizer = torch.optim.Adam(guide.parameters(), lr=0.02)
     t = make_config(None, ["train.batch_size=50", "train.progress=false"]).train
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 150, 0.1)
-    fit("bayes", Trace_ELBO(num_particles=4)(model, guide), optimizer, scheduler,
+    fit("bayes", TraceMeanField_ELBO()(model, guide), optimizer, scheduler,
         TensorSet(x, y), t, 300, [], 1.0 / n, lambda record, due: None)
     locs = guide.median()
     found = torch.cat([locs["net.weight"].flatten(), locs["net.bias"].flatten()])
     assert torch.allclose(found, exact, atol=0.03), (found, exact)
+
+
+def test_scale_mixture_log_density_is_the_formula():
+    pi, s1, s2 = 0.25, 0.75, 0.1
+    w = torch.tensor([[-2.0, -0.3, 0.0], [0.05, 0.4, 1.5]])
+    normal = lambda x, s: torch.exp(-x ** 2 / (2 * s ** 2)) / (s * math.sqrt(2 * math.pi))  # noqa: E731
+    expected = torch.log(pi * normal(w, s1) + (1 - pi) * normal(w, s2)).sum()
+    prior = ScaleMixturePrior(pi, s1, s2)(w.shape)
+    assert prior.event_shape == w.shape
+    assert prior.log_prob(w).item() == pytest.approx(expected.item(), rel=1e-6)
+    draws = ScaleMixturePrior(pi, s1, s2)(torch.Size([200000])).sample()
+    assert draws.var().item() == pytest.approx(pi * s1 ** 2 + (1 - pi) * s2 ** 2, rel=0.03)
+
+
+@pytest.mark.parametrize("kind", PRIORS)
+@pytest.mark.parametrize("arch", ZOO)
+def test_learned_prior_hyperparameters_get_gradients_and_move(arch, kind):
+    model, guide = build(arch, num_data=1000, prior=make_prior(kind, learn=True))
+    x, y = example_batch(arch)
+    loss_fn = TraceMeanField_ELBO()(model, guide)
+    loss_fn(x, y)
+    before = hyperparameters(model)
+    assert set(before) == {f"prior/{n}" for n in model.prior.hyperparameters} | (
+        {"noise/scale"} if arch == "toy_mlp" else set())
+    optimizer = torch.optim.Adam([*guide.parameters(), *model.parameters()], lr=0.05)
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss_fn(x, y).backward()
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.prior.parameters())
+        optimizer.step()
+    after = hyperparameters(model)
+    assert all(after[k] != before[k] for k in before if k.startswith("prior/"))
+    assert all(v > 0 for v in after.values()) and after.get("prior/pi", 0.5) < 1
+
+
+@pytest.mark.parametrize("kind", PRIORS)
+def test_fixed_priors_have_no_parameters_and_move_with_the_model(kind):
+    model, _ = build("mnist_mlp", prior=make_prior(kind))
+    assert list(model.parameters()) == []
+    model.to(torch.float64)
+    assert all(b.dtype == torch.float64 for b in model.prior.buffers())
+
+
+def test_homoscedastic_noise_recovers_a_known_scale():
+    n, noise = 400, 0.3
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(n, 1, generator=g) * 2 - 1
+    y = 2 * x[:, 0] - 0.5 + noise * torch.randn(n, generator=g)
+    model = BayesianNet(lambda: nn.Linear(1, 1), "gaussian", noise=GaussianNoise("homoscedastic", 1.0),
+                        num_data=n)
+    _train(model, make_guide(model), x, y, epochs=150, batch_size=100, lr=0.03)
+    assert hyperparameters(model)["noise/scale"] == pytest.approx(noise, rel=0.1)
+
+
+def test_heteroscedastic_noise_recovers_a_known_scale():
+    """The noise sd grows from 0.1 at x = -1 to 0.5 at x = 1; the network's noise output finds it."""
+    n = 1000
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(n, 1, generator=g) * 2 - 1
+    true_sd = lambda x: 0.3 + 0.2 * x  # noqa: E731
+    y = torch.sin(2 * x[:, 0]) + true_sd(x[:, 0]) * torch.randn(n, generator=g)
+    model = BayesianNet(lambda: MLP(1, [32], 2), "gaussian", noise=GaussianNoise("heteroscedastic", 0.3),
+                        num_data=n)
+    guide = make_guide(model)
+    _train(model, guide, x, y, epochs=100, batch_size=250, lr=0.02)
+    grid = torch.tensor([[-0.75], [0.0], [0.75]])
+    found = variance_parts(predict(model, guide, grid, 50))["aleatoric"]
+    assert torch.allclose(found, true_sd(grid[:, 0]), rtol=0.25), found
+
+
+def _train(model, guide, x, y, epochs, batch_size, lr):
+    guide(x[:2], y[:2])
+    optimizer = torch.optim.Adam([*guide.parameters(), *model.parameters()], lr=lr)
+    t = make_config(None, [f"train.batch_size={batch_size}", "train.progress=false"]).train
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    fit("bayes", TraceMeanField_ELBO()(model, guide), optimizer, scheduler, TensorSet(x, y), t, epochs,
+        [], 1.0 / len(x), lambda record, due: None)
+
+
+def test_noise_modes_and_outputs():
+    assert make_net("toy_mlp", noise="heteroscedastic").layers[-1].out_features == 2
+    assert make_twin("toy_mlp", noise="heteroscedastic")(torch.zeros(3, 1)).shape == (3, 2)
+    # the noise output 0 means the configured scale; the softplus keeps any output positive
+    sd = GaussianNoise("heteroscedastic", 0.5)(torch.tensor([[1.0, 0.0], [1.0, -30.0]]))[:, 1]
+    assert sd[0].item() == pytest.approx(0.5, abs=1e-3) and 0 < sd[1].item() < 1e-3
+    assert make_twin("mnist_mlp", noise="heteroscedastic")(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
+    with pytest.raises(ValueError, match="unknown noise mode 'poisson'"):
+        GaussianNoise("poisson")
+    with pytest.raises(ValueError, match="unknown prior 'laplace'"):
+        make_prior("laplace")
+
+
+@pytest.mark.parametrize("arch", ZOO)
+@torch.no_grad()
+def test_local_reparameterization_draws_per_example_weights_from_the_same_posterior(arch):
+    """One input repeated: with weight sampling every copy gets the same output; with local
+    reparameterization (Flipout in LeNet's convolutions) each copy gets its own, distributed as
+    the network's output under independent posterior draws of all the weights. (Flipout's copies
+    share one weight draw up to random signs, so the test pools 20 guide draws of 100 copies.)"""
+    hidden = [32] if ARCHITECTURES[arch].has_hidden else None
+    model, guide = build(arch, num_data=100, hidden=hidden, init_scale=0.1, local_reparam=True)
+    x = example_batch(arch, 1)[0].expand(100, *example_batch(arch, 1)[0].shape[1:])
+    guide(x[:1])
+    draws = [poutine.replay(model, trace=poutine.trace(guide).get_trace(x))(x) for _ in range(20)]
+    assert len(model.local.normals) == len(dict(make_net(arch, hidden).named_parameters()))
+    assert draws[0].std(0).min() > 0  # every copy its own weights
+    local = torch.cat(draws)
+    reference = predict(model, guide, x[:1], 2000)[:, 0]  # independent full weight draws
+    if arch == "toy_mlp":
+        local, reference = local.unsqueeze(-1), reference[..., :1]
+    else:  # log-probabilities: nearer Gaussian than probabilities, so the moments estimate well
+        local, reference = local.log_softmax(-1), reference.log()
+    assert torch.allclose(local.mean(0), reference.mean(0), atol=0.2 * reference.std(0).max().item())
+    assert torch.allclose(local.std(0), reference.std(0), rtol=0.15, atol=1e-3)
+
+    plain, plain_guide = build(arch, num_data=100, hidden=hidden, init_scale=0.1)
+    plain_guide(x[:1])
+    shared = poutine.replay(plain, trace=poutine.trace(plain_guide).get_trace(x))(x)
+    assert torch.allclose(shared, shared[:1].expand_as(shared))  # one weight set per minibatch

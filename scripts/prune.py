@@ -1,0 +1,92 @@
+"""Prune a trained classifier's posterior by signal-to-noise ratio |mu| / sigma, and by |mu| alone:
+test accuracy, NLL and MNIST / notMNIST refusals at each pruned fraction, as a table, JSON and
+plots (the curves, and per-layer histograms of the posterior means, sds and SNRs).
+
+Usage: python scripts/prune.py runs/mnist_mlp [--levels 0 0.5 0.95] [--samples 100] [--out DIR]
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pyro
+
+from bnn_zoo import plots, predict
+from bnn_zoo.abstention import abstain
+from bnn_zoo.config import ConfigError
+from bnn_zoo.data import DataError, normalize
+from bnn_zoo.evaluate import in_distribution, load_for_evaluation, ood_images
+from bnn_zoo.pruning import SCORES, posterior_loc_scale, prune_masks
+
+LEVELS = [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99]
+COLUMNS = {"accuracy": "accuracy", "nll": "NLL", "refused_mnist": "refused MNIST",
+           "refused_notmnist": "refused notMNIST"}
+
+
+def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshold=0.2, test_size=None,
+                 ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
+    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    x, labels = normalize(images).to(trained.device), labels.to(trained.device)
+    letters = normalize(ood_images("notmnist", root, ood_size)).to(trained.device)
+    rows = {by: [] for by in SCORES}
+    for by in SCORES:
+        for level in levels:
+            keep = prune_masks(trained.guide, level, by)
+            pyro.set_rng_seed(seed)  # the same posterior draws at every level: only pruning differs
+            probs = predict(trained.model, trained.guide, x, num_samples, keep=keep)
+            ood = predict(trained.model, trained.guide, letters, num_samples, keep=keep)
+            mnist = in_distribution(probs, labels, quantile, threshold)
+            rows[by].append({"pruned": level, "accuracy": mnist["accuracy"], "nll": mnist["nll"],
+                             "refused_mnist": mnist["refused"], "accuracy_accepted": mnist["accuracy_accepted"],
+                             "refused_notmnist": abstain(ood, quantile, threshold).refused.float().mean().item()})
+    result = {"run_dir": str(run_dir), "num_samples": num_samples, "quantile": quantile,
+              "threshold": threshold, "test_size": len(labels), "ood_size": len(letters),
+              "weights": sum(loc.numel() for loc, _ in posterior_loc_scale(trained.guide).values()), **rows}
+    out_dir = Path(out_dir or Path(run_dir) / "prune")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "prune.json").write_text(json.dumps(result, indent=2))
+    plots.pruning_curves({"SNR |mu|/sigma": rows["snr"], "|mu|": rows["magnitude"]}, out_dir / "pruning.png",
+                         f"{trained.config.arch}: pruning the posterior ({num_samples} samples)")
+    plots.weight_posteriors(posterior_loc_scale(trained.guide), out_dir / "weight_posteriors.png")
+    return result
+
+
+def table(result: dict) -> str:
+    width = 17
+    groups = {"snr": "pruned by SNR |mu|/sigma", "magnitude": "pruned by |mu|"}
+    lines = [f"{'':>7} |" + " |".join(f"{groups[by]:^{width * len(COLUMNS)}}" for by in SCORES),
+             f"{'pruned':>7} |" + " |".join("".join(f"{name:>{width}}" for name in COLUMNS.values())
+                                           for _ in SCORES)]
+    for i, level in enumerate(r["pruned"] for r in result["snr"]):
+        cells = ["".join(f"{row[k]:>{width}.4f}" if k == "nll" else f"{100 * row[k]:>{width - 1}.2f}%"
+                         for k in COLUMNS) for row in (result[by][i] for by in SCORES)]
+        lines.append(f"{100 * level:>6g}% |" + " |".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_dir", help="a trained classifier run (python -m bnn_zoo.train ...)")
+    parser.add_argument("--levels", type=float, nargs="+", default=LEVELS, help="fractions to prune")
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--quantile", type=float, default=0.5)
+    parser.add_argument("--threshold", type=float, default=0.2)
+    parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
+    parser.add_argument("--ood-size", type=int, default=10000, help="notMNIST letters")
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/prune)")
+    args = parser.parse_args(argv)
+    try:
+        result = prune_report(args.run_dir, args.levels, args.samples, args.quantile, args.threshold,
+                              args.test_size, args.ood_size, args.data_root, args.device, args.seed, args.out)
+    except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
