@@ -118,7 +118,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypat
     def explode(self, model_trace, guide_trace):
         nan = torch.tensor(float("nan"))
         return nan, nan + 0 * sum(s["log_prob_sum"] for s in model_trace.nodes.values()
-                                  if s["type"] == "sample")
+                                  if s["type"] == "sample" and s["is_observed"])
 
     monkeypatch.setattr(LoggedTraceMeanField_ELBO, "_differentiable_loss_particle", explode)
     with pytest.raises(TrainingError, match="loss became nan in epoch 11.*last good checkpoint"):
