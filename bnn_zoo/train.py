@@ -121,14 +121,17 @@ def kl_estimators(elbo: str, model, guide, x: torch.Tensor, y: torch.Tensor) -> 
     for name, site in model_trace.nodes.items():
         if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
             continue
-        try:
-            if elbo != "meanfield":
-                raise NotImplementedError
-            kl_divergence(guide_trace.nodes[name]["fn"], site["fn"])
-            found["closed_form"].append(name)
-        except NotImplementedError:
-            found["monte_carlo"].append(name)
+        closed = elbo == "meanfield" and _has_closed_form_kl(guide_trace.nodes[name]["fn"], site["fn"])
+        found["closed_form" if closed else "monte_carlo"].append(name)
     return found
+
+
+def _has_closed_form_kl(q, p) -> bool:
+    try:
+        kl_divergence(q, p)
+    except NotImplementedError:  # torch's signal that no closed form is registered
+        return False
+    return True
 
 
 def _kl_line(elbo: str, found: dict[str, list[str]]) -> str:
