@@ -26,7 +26,7 @@ from pyro.distributions.kl import kl_divergence
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.util import is_validation_enabled
-from pyro.poutine.util import prune_subsample_sites, site_is_subsample
+from pyro.poutine.util import prune_subsample_sites
 from pyro.util import check_model_guide_match
 from tqdm.auto import tqdm
 
@@ -115,11 +115,10 @@ ELBOS = {"meanfield": LoggedTraceMeanField_ELBO, "trace": LoggedTrace_ELBO}
 
 def kl_estimators(elbo: str, model, guide, x: torch.Tensor, y: torch.Tensor) -> dict[str, list[str]]:
     """Which weight sites' KL terms the ELBO takes in closed form and which by Monte Carlo."""
-    guide_trace = poutine.trace(guide).get_trace(x, y)
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    model_trace, guide_trace = LoggedTraceMeanField_ELBO()._get_trace(model, guide, (x, y), {})
     found: dict[str, list[str]] = {"closed_form": [], "monte_carlo": []}
     for name, site in model_trace.nodes.items():
-        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+        if site["type"] != "sample" or site["is_observed"]:
             continue
         closed = elbo == "meanfield" and _has_closed_form_kl(guide_trace.nodes[name]["fn"], site["fn"])
         found["closed_form" if closed else "monte_carlo"].append(name)
