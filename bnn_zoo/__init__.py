@@ -1,34 +1,28 @@
 """bnn-zoo: Bayesian neural networks in Pyro that can say "I don't know".
 
+Importing it changes no Pyro, torch or matplotlib setting: the pairs work with Pyro's global
+parameter store and with ``pyro.settings.set(module_local_params=True)``.
+
 Usage::
 
     import bnn_zoo
-    model, guide = bnn_zoo.build("lenet")
+    model, guide = bnn_zoo.build("lenet", num_data=55000)      # a registered recipe
+    model, guide = bnn_zoo.bayesian(my_net, likelihood="categorical", num_data=50000)
     trained = bnn_zoo.load("runs/lenet")
     probs = bnn_zoo.predict(trained.model, trained.guide, x, num_samples=100)
 """
-import pyro
+from .bnn import BayesianNet, bayesian
+from .checkpoint import Trained, load
+from .elbo import SplitELBO
+from .guides import DirectAutoNormal, make_guide
+from .likelihoods import Categorical, Gaussian
+from .predict import predict
+from .priors import GaussianPrior, ScaleMixturePrior, make_prior
+from .reparam import LocalReparameterization
+from .twin import Twin
+from .zoo import ARCHITECTURES, build, make_net, make_twin
 
-# Parameters live in their modules, not in Pyro's global store: two models never share
-# weights by name, and a loaded guide keeps exactly the values it was given.
-pyro.settings.set(module_local_params=True)
-
-from .checkpoint import Trained, load  # noqa: E402
-from .predict import predict  # noqa: E402
-from .zoo import (  # noqa: E402
-    ARCHITECTURES,
-    BayesianNet,
-    DirectAutoNormal,
-    GaussianNoise,
-    GaussianPrior,
-    ScaleMixturePrior,
-    build,
-    make_guide,
-    make_net,
-    make_prior,
-    make_twin,
-)
-
-__all__ = ["ARCHITECTURES", "BayesianNet", "DirectAutoNormal", "GaussianNoise", "GaussianPrior",
-           "ScaleMixturePrior", "Trained", "build", "load", "make_guide", "make_net", "make_prior",
-           "make_twin", "predict"]
+__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "DirectAutoNormal", "Gaussian",
+           "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
+           "Twin", "bayesian", "build", "load", "make_guide", "make_net", "make_prior", "make_twin",
+           "predict"]

@@ -9,12 +9,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-
-class ConfigError(ValueError):
-    """A config file, name or override that cannot be used."""
+from .errors import ConfigError
+from .guides import GUIDES
+from .likelihoods import NOISE_MODES
+from .priors import PRIORS
+from .zoo import ARCHITECTURES
 
 
 @dataclass
@@ -35,6 +38,10 @@ class ModelConfig:
     # first steps see nearly the deterministic network: on mnist_mlp, 0.1 gave 34% / 49%
     # validation accuracy after epochs 1 / 2, against 95.8% / 96.3% with 0.01.
     init_scale: float = 0.01
+    # The posterior approximation: meanfield (an independent Normal per weight), lowrank (a Normal
+    # with guide_rank correlation factors) or delta (point weights: the MAP estimate).
+    guide: str = "meanfield"
+    guide_rank: int = 10
     # weights: draw one weight set per minibatch. local: each example its own weights, drawn as
     # pre-activations (local reparameterization) in linear layers and by Flipout in convolutions.
     reparam: str = "weights"
@@ -70,8 +77,9 @@ class TrainConfig:
     lr_step: int = 10
     lr_gamma: float = 0.5
     num_particles: int = 1
-    # meanfield: TraceMeanField_ELBO, the KL in closed form where the prior has one (gaussian)
-    # and by Monte Carlo where not (scale_mixture); trace: Trace_ELBO, Monte Carlo throughout.
+    # The negative ELBO (bnn_zoo.elbo.SplitELBO), logged as data fit + KL. meanfield: the KL in
+    # closed form where the prior has one (gaussian), by Monte Carlo where not (scale_mixture), as
+    # Pyro's TraceMeanField_ELBO; trace: Monte Carlo throughout, as Pyro's Trace_ELBO.
     elbo: str = "meanfield"
     # Posterior samples used for the validation figures after each epoch and the final test.
     val_samples: int = 20
@@ -88,8 +96,20 @@ class TrainConfig:
 
 
 @dataclass
+class MCMCConfig:
+    # NUTS over the whole training set, started at the plain network's initialization.
+    num_samples: int = 300
+    warmup_steps: int = 300
+    max_tree_depth: int = 8
+    target_accept: float = 0.8
+
+
+@dataclass
 class Config:
     arch: str = "toy_mlp"
+    # svi: variational inference (the guide of model.guide). nuts: also draw an HMC posterior (NUTS,
+    # settings under mcmc) and compare its predictive with the mean-field one's.
+    infer: str = "svi"
     run_dir: Optional[str] = None  # null: runs/<arch>
     seed: int = 0
     device: str = "auto"  # auto (CUDA when available), cpu, cuda, cuda:1, ...
@@ -97,6 +117,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    mcmc: MCMCConfig = field(default_factory=MCMCConfig)
 
 
 def config_path(name: str) -> Path:
@@ -164,8 +185,6 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
 
 
 def _check(cfg: DictConfig) -> None:
-    from .zoo import ARCHITECTURES, NOISE_MODES, PRIORS  # late: zoo imports torch
-
     if cfg.arch not in ARCHITECTURES:
         raise ConfigError(f"bad config key 'arch': unknown architecture {cfg.arch!r}; "
                           f"choose one of {', '.join(ARCHITECTURES)}")
@@ -177,6 +196,7 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
     choices = {"model.prior": (cfg.model.prior, PRIORS), "model.noise": (cfg.model.noise, NOISE_MODES),
                "model.reparam": (cfg.model.reparam, ("weights", "local")),
+               "model.guide": (cfg.model.guide, GUIDES), "infer": (cfg.infer, ("svi", "nuts")),
                "train.elbo": (cfg.train.elbo, ("meanfield", "trace"))}
     for key, (value, allowed) in choices.items():
         if value not in allowed:
@@ -194,18 +214,22 @@ def _check(cfg: DictConfig) -> None:
                 "train.batch_size": cfg.train.batch_size, "train.lr": cfg.train.lr,
                 "train.num_particles": cfg.train.num_particles,
                 "train.val_samples": cfg.train.val_samples,
-                "train.test_samples": cfg.train.test_samples, "train.eval_every": cfg.train.eval_every}
+                "train.test_samples": cfg.train.test_samples, "train.eval_every": cfg.train.eval_every,
+                "model.guide_rank": cfg.model.guide_rank, "mcmc.num_samples": cfg.mcmc.num_samples,
+                "mcmc.max_tree_depth": cfg.mcmc.max_tree_depth}
     for key, value in positive.items():
         if not value > 0:
             raise ConfigError(f"bad config key {key!r}: must be positive, got {value}")
-    if cfg.data.val_size < 0:
-        raise ConfigError(f"bad config key 'data.val_size': must be >= 0, got {cfg.data.val_size}")
+    if cfg.data.val_size < 0 or cfg.mcmc.warmup_steps < 0:
+        key = "data.val_size" if cfg.data.val_size < 0 else "mcmc.warmup_steps"
+        raise ConfigError(f"bad config key {key!r}: must be >= 0, got {OmegaConf.select(cfg, key)}")
+    if not 0 < cfg.mcmc.target_accept < 1:
+        raise ConfigError(f"bad config key 'mcmc.target_accept': must lie strictly between 0 and 1, "
+                          f"got {cfg.mcmc.target_accept}")
 
 
 def resolved(cfg: DictConfig) -> DictConfig:
     """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly."""
-    from .zoo import ARCHITECTURES
-
     cfg = cfg.copy()
     spec = ARCHITECTURES[cfg.arch]
     if cfg.model.hidden is None and spec.has_hidden:
@@ -215,3 +239,18 @@ def resolved(cfg: DictConfig) -> DictConfig:
     if cfg.run_dir is None:
         cfg.run_dir = f"runs/{cfg.arch}"
     return cfg
+
+
+def pick_device(name: str) -> torch.device:
+    """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"bad config key 'device': {name!r} is not a device "
+                          "(auto, cpu, cuda, cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"bad config key 'device': {name} asked for but CUDA is not available; "
+                          "use device=auto or device=cpu")
+    return device

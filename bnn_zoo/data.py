@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from .errors import DataError
+
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 DATA_ENV = "BNN_ZOO_DATA"
@@ -22,10 +24,6 @@ SPLIT_SEED = 0
 TORCHVISION_SETS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
 IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-
-
-class DataError(RuntimeError):
-    """A data set that is missing or unreadable; the message says where to put it."""
 
 
 @dataclass

@@ -1,31 +1,27 @@
-"""Evaluate a trained run: accuracy, calibration and refusals on MNIST test, and how well the
-uncertainty tells out-of-distribution sets (notMNIST, white noise, FashionMNIST) from it.
+"""Evaluate a trained classifier run: accuracy, calibration and refusals on its test set, and how
+well the uncertainty tells out-of-distribution sets (notMNIST, white noise, FashionMNIST) from it,
+for the Bayesian network and its deterministic twin.
 
-Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--threshold 0.2]
+Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--coverage 0.97]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pyro
 import torch
-from torchmetrics.functional.classification import (
-    binary_auroc,
-    binary_average_precision,
-    binary_roc,
-    multiclass_calibration_error,
-)
 
+from . import cli
 from .abstention import abstain, calibrate_threshold, uncertainty
 from .checkpoint import Trained, load
-from .config import ConfigError
-from .data import DataError, load_notmnist, load_torchvision, normalize, validation_split, white_noise
-from .metrics import predictive_metrics
+from .config import pick_device
+from .data import load_notmnist, load_torchvision, normalize, validation_split, white_noise
+from .errors import ConfigError, DataError
+from .likelihoods import Categorical
+from .metrics import detection, expected_calibration_error
 from .predict import predict
-from .train import pick_device
 
 OOD_SETS = ("notmnist", "noise", "fashion_mnist")
 
@@ -41,36 +37,15 @@ def ood_images(name: str, root: str | None, size: int, seed: int = 0) -> torch.T
     raise ValueError(f"unknown out-of-distribution set {name!r}; choose from {', '.join(OOD_SETS)}")
 
 
-def fpr_at_95_tpr(in_scores: torch.Tensor, ood_scores: torch.Tensor) -> float:
-    """Fraction of in-distribution inputs flagged when 95% of the OOD inputs are flagged."""
-    fpr, tpr, _ = binary_roc(*_binary(in_scores, ood_scores))
-    return float(fpr[torch.searchsorted(tpr, torch.tensor(0.95, dtype=tpr.dtype))])
-
-
-def _binary(in_scores, ood_scores):
-    scores = torch.cat([in_scores, ood_scores]).float().cpu()
-    target = torch.cat([torch.zeros(len(in_scores)), torch.ones(len(ood_scores))]).long()
-    return scores, target
-
-
-def detection(in_scores: torch.Tensor, ood_scores: torch.Tensor) -> dict:
-    """AUROC, AUPR (OOD as the positive class) and FPR at 95% TPR; higher score = more OOD."""
-    scores, target = _binary(in_scores, ood_scores)
-    return {"auroc": float(binary_auroc(scores, target)),
-            "aupr": float(binary_average_precision(scores, target)),
-            "fpr95": fpr_at_95_tpr(in_scores.cpu(), ood_scores.cpu())}
-
-
-def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float,
-                    threshold: float) -> dict:
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float, threshold: float) -> dict:
     """Forced accuracy, NLL (nats), ECE, refusals and accuracy on the accepted inputs."""
     decision = abstain(probs, quantile, threshold)
-    mean, labels = decision.mean_probs, labels.to(probs.device)
+    labels = labels.to(probs.device)
     accepted = ~decision.refused
     correct = decision.prediction == labels
     return {
-        **predictive_metrics(probs, labels, "categorical"),  # forced accuracy and NLL of the mean
-        "ece": float(multiclass_calibration_error(mean.cpu(), labels.cpu(), mean.shape[1], n_bins=15)),
+        **Categorical().metrics(probs, labels),  # forced accuracy and NLL of the mean
+        "ece": expected_calibration_error(decision.mean_probs, labels),
         "refused": decision.refused.float().mean().item(),
         "accuracy_accepted": correct[accepted].float().mean().item() if accepted.any() else float("nan"),
         "multiple": decision.multiple.float().mean().item(),
@@ -79,7 +54,7 @@ def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float,
 
 def ood_rows(name: str, in_probs: torch.Tensor, ood_probs: torch.Tensor, quantile: float,
              threshold: float) -> dict:
-    """Refusals, mean entropy, and detection figures for one OOD set against MNIST test."""
+    """Refusals, mean entropy, and detection figures for one OOD set against the test set."""
     in_u, ood_u = uncertainty(in_probs, quantile), uncertainty(ood_probs, quantile)
     rows = {f"ood/refused_{name}": abstain(ood_probs, quantile, threshold).refused.float().mean().item(),
             f"ood/entropy_{name}": ood_u["entropy"].mean().item()}
@@ -97,16 +72,16 @@ def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[s
     out = {"bayes": predict(trained.model, trained.guide, x, num_samples)}
     if trained.twin is not None:
         with torch.no_grad():
-            out["twin"] = torch.cat([trained.twin(xb).softmax(-1) for xb in x.split(1000)])[None]
+            out["twin"] = torch.cat([trained.twin(xb) for xb in x.split(1000)])[None]
     return out
 
 
-def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
-                        test_size: int | None, seed: int) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
+def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None, test_size: int | None,
+                        seed: int) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
     """A trained classifier run, its data root, and its test set (uint8 images, labels); seeds Pyro."""
     trained = load(run_dir, pick_device(device))
     cfg = trained.config
-    if trained.model.likelihood != "categorical":
+    if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
                           "metrics.json")
     root = data_root or cfg.data.root
@@ -128,10 +103,10 @@ def calibrated_thresholds(trained: Trained, root: str | None, num_samples: int, 
             for part, probs in sampled_probs(trained, x, num_samples).items()}
 
 
-def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
-                 quantile: float = 0.5, threshold: float = 0.2,
-                 ood: tuple[str, ...] = OOD_SETS, ood_size: int = 10000, test_size: int | None = None,
-                 data_root: str | None = None, device: str = "auto",
+@pyro.settings.context(module_local_params=True)
+def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, quantile: float = 0.5,
+                 threshold: float = 0.2, ood: tuple[str, ...] = OOD_SETS, ood_size: int = 10000,
+                 test_size: int | None = None, data_root: str | None = None, device: str = "auto",
                  coverage: float | None = None) -> dict:
     """Every figure of ``eval.json``, for the BNN and the deterministic twin.
 
@@ -139,8 +114,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
     accept that fraction of it, instead of the fixed ``threshold``.
     """
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
-    device = trained.device
-    in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
+    in_probs = sampled_probs(trained, normalize(images).to(trained.device), num_samples)
     thresholds = (calibrated_thresholds(trained, root, num_samples, quantile, coverage) if coverage
                   else dict.fromkeys(in_probs, threshold))
     results = {part: {"threshold": thresholds[part],
@@ -149,7 +123,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
     skipped = {}
     for name in ood:
         try:
-            x = normalize(ood_images(name, root, ood_size, seed)).to(device)
+            x = normalize(ood_images(name, root, ood_size, seed)).to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
             print(f"skipping {name}: {err}", file=sys.stderr)
@@ -157,8 +131,8 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0,
         for part, probs in sampled_probs(trained, x, num_samples).items():
             results[part].update(ood_rows(name, in_probs[part], probs, quantile, thresholds[part]))
     return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed, "quantile": quantile,
-            "threshold": "calibrated" if coverage else threshold, "coverage": coverage, "test_size": len(labels),
-            "skipped": skipped, **results}
+            "threshold": "calibrated" if coverage else threshold, "coverage": coverage,
+            "test_size": len(labels), "skipped": skipped, **results}
 
 
 def table(results: dict) -> str:
@@ -169,40 +143,33 @@ def table(results: dict) -> str:
     lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in parts)]
     for key in keys:
         cells = [results[p].get(key) for p in parts]
-        lines.append(f"{key:<{width}}  " + "  ".join(
-            f"{c:>9.4f}" if c is not None else f"{'n/a':>9}" for c in cells))
+        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>9.4f}" if c is not None else f"{'n/a':>9}"
+                                                      for c in cells))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bnn_zoo.evaluate",
-                                     description=__doc__.split("\n\n")[0])
+    parser = cli.command_parser("python -m bnn_zoo.evaluate", __doc__)
     parser.add_argument("run_dir")
-    parser.add_argument("--samples", type=int, default=100, help="posterior samples (default 100)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quantile", type=float, default=0.5)
-    parser.add_argument("--threshold", type=float, default=0.2)
+    cli.add_sampling_options(parser)
+    cli.add_rule_options(parser)
+    cli.add_data_options(parser)
     parser.add_argument("--coverage", type=float, default=None,
                         help="calibrate each model's threshold to accept this fraction of the run's "
                              "validation split (instead of --threshold)")
     parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json)")
     parser.add_argument("--ood", nargs="*", default=list(OOD_SETS), choices=OOD_SETS)
-    parser.add_argument("--ood-size", type=int, default=10000, help="images per OOD set")
-    parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
-    parser.add_argument("--data-root", default=None, help="data folder (default: the run's, "
-                        "then $BNN_ZOO_DATA, then ./data)")
-    parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
-    try:
-        results = evaluate_run(args.run_dir, args.samples, args.seed, args.quantile,
-                               args.threshold, tuple(args.ood), args.ood_size, args.test_size,
-                               args.data_root, args.device, args.coverage)
-    except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    Path(args.output or Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
-    print(table(results))
-    return 0
+
+    def command() -> int:
+        results = evaluate_run(args.run_dir, args.samples, args.seed, args.quantile, args.threshold,
+                               tuple(args.ood), args.ood_size, args.test_size, args.data_root, args.device,
+                               args.coverage)
+        Path(args.output or Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
+        print(table(results))
+        return 0
+
+    return cli.run(command)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Plots a run writes: the training curve, and the toy model's posterior predictive.
+"""Plots a run and the reports write: the training curve, the toy model's posterior predictive,
+sampled probabilities, refusals, risk-coverage, reliability, pruning and weight posteriors.
+
+Figures are drawn with matplotlib's object API (``Figure``) and saved as PNG: no pyplot, no
+backend chosen, nothing global changed for the caller's own plots. Each function returns its
+Figure, whose axes hold exactly the data drawn.
 
 Usage: ``training_curve(metrics, "runs/x/training.png")``
 """
@@ -6,31 +11,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+POSTERIOR_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:orange")
 
 
 def _np(t) -> np.ndarray:
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
 
 
-def training_curve(metrics: dict, path: Path) -> None:
+def _save(fig: Figure, path: Path, dpi: int = 110) -> Figure:
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return fig
+
+
+def training_curve(metrics: dict, path: Path) -> Figure:
     """Loss per example by epoch for the BNN (with its KL part) and the twin; validation figures."""
-    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax_loss, ax_val = fig.subplots(1, 2)
     for label, part in (("Bayesian", "bayes"), ("deterministic", "twin")):
         hist = metrics.get(part, {}).get("history", [])
         if not hist:
             continue
-        epochs = [h["epoch"] for h in hist]
-        ax_loss.plot(epochs, [h["loss"] for h in hist], label=f"{label}: loss")
+        ax_loss.plot([h["epoch"] for h in hist], [h["loss"] for h in hist], label=f"{label}: loss")
         parts = [h for h in hist if "kl" in h]
         if parts:
-            ax_loss.plot([h["epoch"] for h in parts], [h["kl"] for h in parts], "--",
-                         label="Bayesian: KL part")
+            ax_loss.plot([h["epoch"] for h in parts], [h["kl"] for h in parts], "--", label="Bayesian: KL part")
             ax_loss.plot([h["epoch"] for h in parts], [h["data_fit"] for h in parts], ":",
                          label="Bayesian: data-fit part")
         evals = [h for h in hist if "val/nll" in h]
@@ -45,9 +54,7 @@ def training_curve(metrics: dict, path: Path) -> None:
     ax_val.set(xlabel="epoch", title="validation")
     if ax_val.lines:
         ax_val.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return _save(fig, path, 120)
 
 
 def variance_parts(samples: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -61,53 +68,53 @@ def variance_parts(samples: torch.Tensor) -> dict[str, torch.Tensor]:
             "total": (epistemic ** 2 + aleatoric ** 2).sqrt()}
 
 
-def toy_predictive(panels: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]],
-                   train_x: torch.Tensor, train_y: torch.Tensor, path: Path, title: str) -> None:
-    """One column per x range: the predictive mean with +-2 sd bands, epistemic inside total
-    (epistemic plus aleatoric), the twin's mean and its +-2 noise-sd band, the true function;
-    below, the two standard deviations against x on a log scale.
+def toy_predictive(panels: list[tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]],
+                   train_x: torch.Tensor, train_y: torch.Tensor, path: Path, title: str) -> Figure:
+    """One column per x range: each posterior's predictive mean with +-2 sd bands, epistemic inside
+    total (epistemic plus aleatoric), the twin's mean and its +-2 noise-sd band, the true function;
+    below, each posterior's epistemic sd (and the aleatoric sd) against x on a log scale.
 
-    ``panels``: (grid [G], Bayesian samples [S, G, 2], twin outputs [G, 2] or None, truth [G]).
+    ``panels``: (grid [G], {posterior label: samples [S, G, 2]}, twin outputs [G, 2] or None, truth [G]).
     """
-    fig, axes = plt.subplots(2, len(panels), figsize=(7 * len(panels), 7.5), squeeze=False,
-                             gridspec_kw={"height_ratios": [2, 1]})
-    for (grid, samples, twin, truth), ax, ax_sd in zip(panels, axes[0], axes[1]):
-        parts = {k: _np(v) for k, v in variance_parts(samples.cpu()).items()}
-        g, mean = _np(grid), parts["mean"]
-        ax.fill_between(g, mean - 2 * parts["total"], mean + 2 * parts["total"], color="tab:blue",
-                        alpha=0.15, label="+-2 sd, total (epistemic + aleatoric)")
-        ax.fill_between(g, mean - 2 * parts["epistemic"], mean + 2 * parts["epistemic"],
-                        color="tab:blue", alpha=0.4, label="+-2 sd, epistemic")
-        ax.plot(g, mean, color="tab:blue", label="Bayesian predictive mean")
+    fig = Figure(figsize=(7 * len(panels), 7.5))
+    axes = fig.subplots(2, len(panels), squeeze=False, gridspec_kw={"height_ratios": [2, 1]})
+    for (grid, posteriors, twin, truth), ax, ax_sd in zip(panels, axes[0], axes[1]):
+        g, lo, hi = _np(grid), float(train_y.min()), float(train_y.max())
+        for (label, samples), color in zip(posteriors.items(), POSTERIOR_COLORS):
+            parts = {k: _np(v) for k, v in variance_parts(samples.cpu()).items()}
+            mean = parts["mean"]
+            ax.fill_between(g, mean - 2 * parts["total"], mean + 2 * parts["total"], color=color, alpha=0.12,
+                            label=f"{label}: +-2 sd, total")
+            ax.fill_between(g, mean - 2 * parts["epistemic"], mean + 2 * parts["epistemic"], color=color,
+                            alpha=0.3, label=f"{label}: +-2 sd, epistemic")
+            ax.plot(g, mean, color=color, label=f"{label}: mean")
+            ax_sd.plot(g, parts["epistemic"], color=color, label=f"{label}: epistemic sd")
+            lo, hi = min(lo, np.min(mean - 2 * parts["total"])), max(hi, np.max(mean + 2 * parts["total"]))
+        ax_sd.plot(g, parts["aleatoric"], color="gray", ls=":", label="aleatoric sd")
         if twin is not None:
             t_mean, t_sd = _np(twin[:, 0]), _np(twin[:, 1])
             ax.plot(g, t_mean, color="tab:red", label="deterministic twin")
-            ax.fill_between(g, t_mean - 2 * t_sd, t_mean + 2 * t_sd, color="tab:red", alpha=0.15,
+            ax.fill_between(g, t_mean - 2 * t_sd, t_mean + 2 * t_sd, color="tab:red", alpha=0.12,
                             label="twin +-2 sd (its noise only)")
         ax.plot(g, _np(truth), "k--", lw=1, label="true function")
         ax.scatter(_np(train_x), _np(train_y), color="black", s=12, zorder=5, label="training points")
-        lo, hi = np.min(mean - 2 * parts["total"]), np.max(mean + 2 * parts["total"])
-        lo, hi = min(lo, float(train_y.min())), max(hi, float(train_y.max()))
         ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))  # the truth may leave the axes
         ax.set(xlabel="x", ylabel="y", title=f"{title}, x in [{g[0]:g}, {g[-1]:g}]")
-        ax_sd.plot(g, parts["epistemic"], label="epistemic sd")
-        ax_sd.plot(g, parts["aleatoric"], label="aleatoric sd")
         ax_sd.axvspan(float(train_x.min()), float(train_x.max()), color="grey", alpha=0.15,
                       label="observed x range")
         ax_sd.set(xlabel="x", ylabel="standard deviation", yscale="log")
         ax_sd.legend(fontsize=8)
-    axes[0][0].legend(loc="lower center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    axes[0][0].legend(loc="lower center", fontsize=7)
+    return _save(fig, path, 120)
 
 
 def sample_histograms(images: torch.Tensor, probs: torch.Tensor, quantile: float, threshold: float,
-                      titles: list[str], path: Path) -> None:
+                      titles: list[str], path: Path) -> Figure:
     """For each input: the image beside histograms of each class's sampled probabilities, the
     quantile marked and the threshold drawn; ``titles`` say Correct / Wrong / Refused."""
     n, classes = probs.shape[1], probs.shape[2]
-    fig, axes = plt.subplots(n, classes + 1, figsize=(1.5 * (classes + 1), 1.6 * n), squeeze=False)
+    fig = Figure(figsize=(1.5 * (classes + 1), 1.6 * n))
+    axes = fig.subplots(n, classes + 1, squeeze=False)
     q = torch.quantile(probs.float(), quantile, dim=0)
     bins = torch.linspace(0, 1, 21)
     for i in range(n):
@@ -127,17 +134,15 @@ def sample_histograms(images: torch.Tensor, probs: torch.Tensor, quantile: float
                 ax.set_title(f"class {c}", fontsize=8)
     fig.suptitle(f"sampled class probabilities: dashed = {quantile:g}-quantile, "
                  f"red = threshold {threshold:g}, green = accepted", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, path, 100)
 
 
 def mean_prob_bars(images: torch.Tensor, bayes: torch.Tensor, twin: torch.Tensor | None,
-                   threshold: float, path: Path) -> None:
+                   threshold: float, path: Path) -> Figure:
     """Mean class probabilities, Bayesian vs deterministic, for a few (OOD) images."""
     n, classes = bayes.shape
-    fig, axes = plt.subplots(n, 2, figsize=(8, 1.7 * n), squeeze=False,
-                             gridspec_kw={"width_ratios": [1, 4]})
+    fig = Figure(figsize=(8, 1.7 * n))
+    axes = fig.subplots(n, 2, squeeze=False, gridspec_kw={"width_ratios": [1, 4]})
     ticks = np.arange(classes)
     for i in range(n):
         axes[i, 0].imshow(_np(images[i]), cmap="gray")
@@ -150,43 +155,39 @@ def mean_prob_bars(images: torch.Tensor, bayes: torch.Tensor, twin: torch.Tensor
         ax.set_ylim(0, 1)
         ax.set_xticks(ticks)
     axes[0, 1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, path, 100)
 
 
 def refusal_curves(curves: dict[str, tuple[torch.Tensor, torch.Tensor]], path: Path,
-                   threshold: float) -> None:
+                   threshold: float) -> Figure:
     """Refusal rate against threshold; ``curves`` maps a label to (thresholds, refusal rates)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     for label, (thresholds, rates) in curves.items():
-        ax.plot(_np(thresholds), _np(rates), ls="--" if "deterministic" in label else "-",
-                label=label)
+        ax.plot(_np(thresholds), _np(rates), ls="--" if "deterministic" in label else "-", label=label)
     ax.axvline(threshold, color="gray", lw=1)
     ax.set(xlabel="threshold on the quantile probability", ylabel="fraction refused",
            title="refusals against threshold", ylim=(-0.02, 1.02))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
 
 
-def risk_coverage(curves: dict[str, tuple[torch.Tensor, torch.Tensor]], path: Path) -> None:
+def risk_coverage(curves: dict[str, tuple[torch.Tensor, torch.Tensor]], path: Path) -> Figure:
     """Error rate among accepted inputs against the fraction accepted."""
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.subplots()
     for label, (coverage, risk) in curves.items():
         ax.plot(_np(coverage), _np(risk), label=label)
     ax.set(xlabel="coverage (fraction accepted)", ylabel="risk (error among accepted)",
            title="risk-coverage on MNIST test")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
 
 
-def reliability(curves: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]], path: Path) -> None:
+def reliability(curves: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]], path: Path) -> Figure:
     """Reliability diagram: accuracy against confidence per bin; (confidence, accuracy, count)."""
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig = Figure(figsize=(5.5, 5))
+    ax = fig.subplots()
     ax.plot([0, 1], [0, 1], color="gray", lw=1, ls=":")
     for label, (conf, acc, count) in curves.items():
         keep = count > 0
@@ -194,14 +195,13 @@ def reliability(curves: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor
     ax.set(xlabel="confidence (max mean probability)", ylabel="accuracy",
            title="reliability on MNIST test", xlim=(0, 1), ylim=(0, 1))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
 
 
-def pruning_curves(rows: dict[str, list[dict]], path: Path, title: str) -> None:
+def pruning_curves(rows: dict[str, list[dict]], path: Path, title: str) -> Figure:
     """Accuracy and refusal rates against the fraction of weights pruned, one line per ranking."""
-    fig, (ax_acc, ax_ref) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.5))
+    ax_acc, ax_ref = fig.subplots(1, 2)
     for i, (label, points) in enumerate(rows.items()):
         pruned = [100 * p["pruned"] for p in points]
         ax_acc.plot(pruned, [100 * p["accuracy"] for p in points], "o-", color=f"C{i}", label=label)
@@ -214,15 +214,14 @@ def pruning_curves(rows: dict[str, list[dict]], path: Path, title: str) -> None:
     for ax in (ax_acc, ax_ref):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return _save(fig, path, 120)
 
 
 def weight_posteriors(loc_scale: dict[str, tuple[torch.Tensor, torch.Tensor]], path: Path,
-                      title: str = "weight posteriors") -> None:
+                      title: str = "weight posteriors") -> Figure:
     """One row per parameter tensor: histograms of the posterior means, sds and log10 SNR."""
-    fig, axes = plt.subplots(len(loc_scale), 3, figsize=(13, 1.9 * len(loc_scale) + 0.6), squeeze=False)
+    fig = Figure(figsize=(13, 1.9 * len(loc_scale) + 0.6))
+    axes = fig.subplots(len(loc_scale), 3, squeeze=False)
     for (name, (loc, scale)), (ax_mu, ax_sd, ax_snr) in zip(loc_scale.items(), axes):
         loc, scale = _np(loc).ravel(), _np(scale).ravel()
         ax_mu.hist(loc, bins=100, color="tab:blue")
@@ -232,6 +231,4 @@ def weight_posteriors(loc_scale: dict[str, tuple[torch.Tensor, torch.Tensor]], p
     for ax, label in zip(axes[-1], ("posterior mean mu", "posterior sd sigma", "log10 SNR |mu|/sigma")):
         ax.set_xlabel(label)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, path, 100)

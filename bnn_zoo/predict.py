@@ -1,120 +1,112 @@
-"""Posterior predictive sampling, vectorized over chunks of posterior samples; and a command
-line that answers for a person's own images, or says "I don't know".
+"""Posterior predictive sampling, vectorized over chunks of posterior samples; and a command line
+that answers for a person's own images, or says "I don't know".
 
 Usage::
 
-    probs = predict(model, guide, x, num_samples=100)   # [100, N, C]
+    probs = predict(model, guide, x, num_samples=100)      # [100, N, C]; any guide
+    probs = predict(model, hmc_samples, x)                 # or a dict of weight samples (NUTS)
     python -m bnn_zoo.predict runs/lenet digit.png letter.jpg [--json]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
+from typing import Callable, Optional, Union
 
 import pyro
 import pyro.poutine as poutine
 import torch
-from torch.func import functional_call, vmap
 
-from .zoo import BayesianNet
+from . import cli
+from .abstention import abstain
+from .bnn import BayesianNet
+from .checkpoint import load
+from .config import pick_device
+from .data import normalize
+from .images import load_image
+from .likelihoods import Categorical
+
+Posterior = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
 
 
-def sample_weights(model: BayesianNet, guide, x: torch.Tensor, num_samples: int) -> dict:
-    """Draw ``num_samples`` weight sets from the guide at once: {parameter name: [S, *shape]}."""
+def draw_weights(model: BayesianNet, posterior: Posterior, x: torch.Tensor, num_samples: int,
+                 index: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    """``num_samples`` weight sets, {parameter name: [num_samples, *shape]}: from a guide in one
+    vectorized trace, or the samples at ``index`` of a dict of samples."""
+    if isinstance(posterior, dict):
+        return {name: posterior[f"net.{name}"][index] for name in model.weight_shapes
+                if f"net.{name}" in posterior}
     with pyro.plate("_posterior_samples", num_samples, dim=-2):
-        trace = poutine.trace(guide).get_trace(x[:1])
+        trace = poutine.trace(posterior).get_trace(x[:1])
     weights = {}
-    for name, site in trace.nodes.items():
-        auxiliary = site.get("infer", {}).get("is_auxiliary")
-        if site["type"] == "sample" and name.startswith("net.") and not auxiliary:
-            value = site["value"]
-            weights[name[len("net."):]] = value.reshape(num_samples, *value.shape[2:])
+    for name, shape in model.weight_shapes.items():
+        site = trace.nodes.get(f"net.{name}")
+        if site is None or site["type"] != "sample":
+            continue  # a point estimate: the model's own parameter
+        value = site["value"]
+        weights[name] = value.expand(num_samples, *shape) if value.shape == shape else \
+            value.reshape(num_samples, *shape)
     return weights
 
 
-def _outputs(model: BayesianNet, net: torch.nn.Module, weights: dict, x: torch.Tensor) -> torch.Tensor:
-    """Run ``net`` (a weightless skeleton) once for all weight sets: [S, N, C] probabilities, or
-    [S, N, 2] (mean, noise scale) for regression."""
-    out = vmap(lambda w: functional_call(net, w, (x,)))(weights)
-    if model.likelihood == "categorical":
-        return out.softmax(-1)
-    return model.noise(out)
-
-
 @torch.no_grad()
-def predict(model: BayesianNet, guide, x: torch.Tensor, num_samples: int = 100,
-            chunk_size: int = 10, batch_size: int = 500, keep: dict | None = None) -> torch.Tensor:
-    """Posterior predictive on ``x``: class probabilities [S, N, C], or for regression each
-    sample's Normal as [S, N, 2] (mean, noise scale).
+def predict(model: BayesianNet, posterior: Posterior, x: torch.Tensor, num_samples: Optional[int] = 100,
+            chunk_size: int = 10, batch_size: int = 500, keep: Optional[dict] = None) -> torch.Tensor:
+    """Posterior predictive on ``x``: per posterior sample, the likelihood's predictive (class
+    probabilities [S, N, C], or a regression's (mean, noise sd) [S, N, 2]).
 
-    Weights are drawn ``chunk_size`` samples at a time and each chunk runs as one batched pass
-    over ``batch_size`` inputs, so memory is bounded by chunk_size x batch_size activations.
-    ``keep`` ({parameter name: bool mask}) zeroes the weights where the mask is False in every
-    sample (pruning). Result on x's device, without gradients.
+    ``posterior`` is any guide of the model, or a dict of weight samples (MCMC); of those,
+    ``num_samples`` evenly spaced ones are used (None: all). Weights are drawn ``chunk_size``
+    samples at a time and each chunk runs as one batched pass over ``batch_size`` inputs, so memory
+    is bounded by chunk_size x batch_size activations. ``keep`` ({parameter name: bool mask}) zeroes
+    the weights where the mask is False (pruning). The model runs in eval mode. Runs in the
+    caller's Pyro settings and parameter store; the result is on x's device.
     """
-    if num_samples < 1 or chunk_size < 1 or batch_size < 1:
+    index = None
+    if isinstance(posterior, dict):
+        total = len(next(iter(posterior.values())))
+        num_samples = total if num_samples is None else num_samples
+        if num_samples > total:
+            raise ValueError(f"the posterior holds {total} samples; asked for {num_samples}")
+        index = torch.linspace(0, total - 1, num_samples).round().long() if num_samples else None
+    if not (num_samples and num_samples >= 1 and chunk_size >= 1 and batch_size >= 1):
         raise ValueError("num_samples, chunk_size and batch_size must be positive")
-    net = model.make_net().to("meta")
-    chunks = []
-    for start in range(0, num_samples, chunk_size):
-        weights = sample_weights(model, guide, x, min(chunk_size, num_samples - start))
-        for name, mask in (keep or {}).items():
-            weights[name] = weights[name] * mask
-        chunks.append(torch.cat([_outputs(model, net, weights, xb) for xb in x.split(batch_size)], 1))
-    return torch.cat(chunks)
-
-
-def load_image(path: str | Path, invert: str = "auto") -> torch.Tensor:
-    """A PNG/JPEG file as MNIST's format: grayscale uint8 [28, 28], white on black.
-
-    ``invert``: "auto" inverts images whose border is light (dark ink on paper), "yes", "no".
-    """
-    from PIL import Image, UnidentifiedImageError
-
+    was_training = model.training
+    model.eval()
     try:
-        with Image.open(path) as img:
-            img = img.convert("L").resize((28, 28), Image.BILINEAR)
-            pixels = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).reshape(28, 28)
-    except FileNotFoundError:
-        raise ValueError("no such file") from None
-    except (UnidentifiedImageError, OSError) as err:
-        raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
-    border = torch.cat([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).float().mean()
-    if invert == "yes" or (invert == "auto" and border > 127):
-        pixels = 255 - pixels
-    return pixels
+        chunks = []
+        for start in range(0, num_samples, chunk_size):
+            n = min(chunk_size, num_samples - start)
+            part = None if index is None else index[start:start + n]
+            weights = draw_weights(model, posterior, x, n, part)
+            for name, mask in (keep or {}).items():
+                weights[name] = weights[name] * mask
+            chunks.append(torch.cat([model.likelihood.predictive(model.forward_with(weights, xb))
+                                     for xb in x.split(batch_size)], 1))
+        return torch.cat(chunks)
+    finally:
+        model.train(was_training)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .abstention import abstain
-    from .checkpoint import load
-    from .data import normalize
-    from .train import pick_device
-
-    parser = argparse.ArgumentParser(prog="python -m bnn_zoo.predict",
-                                     description="Classify images with a trained run, or say "
-                                                 "\"I don't know\".")
-    parser.add_argument("run_dir")
+    """Classify images with a trained run, or say "I don't know"."""
+    parser = cli.command_parser("python -m bnn_zoo.predict", main.__doc__)
+    parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
     parser.add_argument("images", nargs="+", metavar="IMAGE")
-    parser.add_argument("--samples", type=int, default=100)
-    parser.add_argument("--quantile", type=float, default=0.5)
-    parser.add_argument("--threshold", type=float, default=0.2)
+    cli.add_sampling_options(parser)
+    cli.add_rule_options(parser)
     parser.add_argument("--invert", choices=["auto", "yes", "no"], default="auto",
                         help="invert dark-on-light images (auto: when the border is light)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
-        trained = load(args.run_dir, pick_device(args.device))
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if trained.model.likelihood != "categorical":
-        print("error: predict classifies images; this run is a regression model", file=sys.stderr)
-        return 2
+    return cli.run(lambda: _answer(args))
+
+
+@pyro.settings.context(module_local_params=True)
+def _answer(args) -> int:
+    trained = load(args.run_dir, pick_device(args.device))
+    if not isinstance(trained.model.likelihood, Categorical):
+        raise ValueError("predict classifies images; this run is a regression model")
     answers, pixels = [], []
     for path in args.images:
         try:
@@ -126,13 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     if good:
         pyro.set_rng_seed(args.seed)
         x = normalize(torch.stack(pixels)).to(trained.device)
-        decision = abstain(predict(trained.model, trained.guide, x, args.samples),
-                           args.quantile, args.threshold)
+        decision = abstain(predict(trained.model, trained.guide, x, args.samples), args.quantile, args.threshold)
         for i, answer in enumerate(good):
             q = decision.quantile_probs[i]
-            classes = decision.accepted[i].nonzero()[:, 0].tolist()
-            answer["accepted"] = {int(c): round(float(q[c]), 4) for c in
-                                  sorted(classes, key=lambda c: -float(q[c]))}
+            classes = sorted(decision.accepted[i].nonzero()[:, 0].tolist(), key=lambda c: -float(q[c]))
+            answer["accepted"] = {int(c): round(float(q[c]), 4) for c in classes}
             answer["answer"] = None if decision.refused[i] else int(decision.prediction[i])
     if args.json:
         print(json.dumps(answers, indent=2))

@@ -11,12 +11,17 @@ from __future__ import annotations
 from operator import attrgetter
 
 import torch
+from pyro.infer.autoguide import AutoNormal
 
 SCORES = ("snr", "magnitude")
 
 
 def posterior_loc_scale(guide) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """{parameter name: (posterior mean, posterior sd)} of a trained AutoNormal, e.g. ``layers.1.weight``."""
+    """{parameter name: (posterior mean, posterior sd)} of a trained mean-field guide (an AutoNormal),
+    e.g. ``layers.1.weight``."""
+    if not isinstance(guide, AutoNormal):
+        raise ValueError(f"pruning ranks the weights of a mean-field posterior (model.guide=meanfield); "
+                         f"this run's guide is {type(guide).__name__}")
     with torch.no_grad():
         return {name[len("net."):]: (attrgetter(name)(guide.locs), attrgetter(name)(guide.scales))
                 for name, _ in guide.prototype_trace.iter_stochastic_nodes()}

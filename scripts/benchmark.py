@@ -1,12 +1,13 @@
 """Training and prediction speed of the zoo, side by side with a hand-written Bayes by Backprop in
 plain PyTorch and with the deterministic twin; prediction against a loop over posterior samples;
-optionally the time until the posterior predictive reaches a validation accuracy.
+the variance of the gradient with and without local reparameterization. (The time to a
+validation accuracy is scripts/time_to_accuracy.py.)
 
 Each measurement runs in its own process (so peak memory is its own) on synthetic inputs of the
-real shapes (speed does not depend on pixel values); time-to-accuracy trains on real MNIST.
+real shapes (speed does not depend on pixel values); the gradient variance on an MNIST minibatch.
 
 Usage: python scripts/benchmark.py [--archs toy_mlp mnist_mlp lenet] [--device auto] [--steps 50]
-           [--repeats 3] [--time-to-accuracy] [--json results.json]
+           [--repeats 3] [--json results.json]
 """
 import argparse
 import json
@@ -16,7 +17,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 # zoo: the training step as python -m bnn_zoo.train runs it by default (TraceMeanField_ELBO, one
@@ -24,7 +24,6 @@ import time
 ZOO_VARIANTS = {"zoo": [], "zoo_local": ["model.reparam=local"], "zoo_trace": ["train.elbo=trace"]}
 TRAINING = (*ZOO_VARIANTS, "bbb", "twin")
 PREDICTION = ("predict", "loop")
-TARGETS = {"mnist_mlp": 0.98, "lenet": 0.99}
 
 
 # ---- the baseline: Bayes by Backprop written by hand in plain PyTorch ----
@@ -90,15 +89,16 @@ def _timed(fn, repeats: int, device) -> list[float]:
 def training_step(method: str, arch: str, device, batch_size: int):
     """A closure running one optimizer step of ``method`` on a batch, as training does it."""
     import torch
-    import torch.nn.functional as F
 
+    from bnn_zoo.checkpoint import twin_from_config
     from bnn_zoo.config import load_config, resolved
-    from bnn_zoo.train import adam, bayes_objective, without_validation
+    from bnn_zoo.loop import adam
+    from bnn_zoo.train import bayes_objective, without_validation
     from bnn_zoo.zoo import architecture, make_net
 
     cfg = resolved(load_config(arch, [f"train.batch_size={batch_size}", *ZOO_VARIANTS.get(method, [])]))
     spec = architecture(arch)
-    num_data = 55000 if spec.likelihood == "categorical" else 6
+    num_data = 55000  # the size of a training set; speed does not depend on it
     if spec.likelihood == "categorical":
         target = lambda n: torch.randint(0, 10, (n,), device=device)  # noqa: E731
     else:
@@ -106,17 +106,10 @@ def training_step(method: str, arch: str, device, batch_size: int):
     batches = [(torch.randn(batch_size, *spec.input_shape, device=device), target(batch_size))
                for _ in range(8)]
     if method in ZOO_VARIANTS:
-        model, guide, elbo, optimizer = bayes_objective(cfg, num_data, device)
-        loss_fn = elbo(model, guide)
+        *_, optimizer, loss_fn = bayes_objective(cfg, num_data, device)
     elif method == "twin":
-        from bnn_zoo.checkpoint import twin_from_config
-
-        net = twin_from_config(cfg, device)
-        optimizer = adam(net.parameters(), cfg.train.lr)
-        if spec.likelihood == "categorical":
-            loss_fn = lambda x, y: F.cross_entropy(net(x), y)  # noqa: E731
-        else:
-            loss_fn = lambda x, y: -torch.distributions.Normal(*net(x).unbind(-1)).log_prob(y).mean()  # noqa: E731
+        twin = twin_from_config(cfg, device)
+        optimizer, loss_fn = adam(twin.parameters(), cfg.train.lr), twin.loss
     elif method == "bbb":
         if spec.likelihood != "categorical":
             return None  # the baseline is a classifier
@@ -162,7 +155,7 @@ def measure(spec: dict) -> dict:
     """Run one measurement (in this process) and return its figures."""
     import torch
 
-    from bnn_zoo.train import pick_device
+    from bnn_zoo.config import pick_device
 
     torch.manual_seed(0)
     device = pick_device(spec["device"])
@@ -194,9 +187,10 @@ def gradient_variance(spec: dict) -> dict:
     same posterior (every sd set to ``posterior_sd``, a trained posterior's typical size)."""
     import torch
 
-    from bnn_zoo.config import load_config, resolved
-    from bnn_zoo.data import DataError, load_torchvision, normalize
-    from bnn_zoo.train import bayes_objective, pick_device
+    from bnn_zoo.config import load_config, pick_device, resolved
+    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.errors import DataError
+    from bnn_zoo.train import bayes_objective
 
     device = pick_device(spec["device"])
     try:
@@ -210,8 +204,7 @@ def gradient_variance(spec: dict) -> dict:
         torch.manual_seed(0)
         cfg = resolved(load_config(spec["arch"], [f"model.reparam={reparam}",
                                                   f"model.init_scale={spec['posterior_sd']}"]))
-        model, guide, elbo, _ = bayes_objective(cfg, 55000, device)
-        loss_fn = elbo(model, guide)
+        _, guide, _, _, loss_fn = bayes_objective(cfg, 55000, device)
         grads = {"loc": [], "scale": []}
         for _ in range(spec["draws"]):
             guide.zero_grad()
@@ -220,28 +213,6 @@ def gradient_variance(spec: dict) -> dict:
                 grads[part].append(torch.cat([p.grad.flatten() for p in module.parameters()]))
         out[reparam] = {part: torch.stack(g).var(0).mean().item() for part, g in grads.items()}
     return out
-
-
-def time_to_accuracy(spec: dict) -> dict:
-    """Train the shipped config until the posterior predictive reaches the target validation
-    accuracy; training seconds (validation excluded) and wall seconds until then."""
-    from bnn_zoo.config import load_config
-    from bnn_zoo.train import train
-
-    target = TARGETS[spec["arch"]]
-    with tempfile.TemporaryDirectory() as run_dir:
-        start = time.perf_counter()
-        cfg = load_config(spec["arch"], [f"device={spec['device']}", f"run_dir={run_dir}", "train.twin=false",
-                                         "train.eval_every=1", "train.progress=false",
-                                         f"train.stop_at_accuracy={target}", "train.test_samples=10",
-                                         *([f"data.root={spec['data_root']}"] if spec["data_root"] else []),
-                                         *spec["overrides"]])
-        history = train(cfg)["bayes"]["history"]
-        wall = time.perf_counter() - start
-    done = history[-1]
-    return {"target": target, "reached": done.get("val/accuracy", 0) >= target, "epochs": done["epoch"],
-            "val_accuracy": done.get("val/accuracy"), "training_s": sum(h["seconds"] for h in history),
-            "wall_s": wall}
 
 
 def _child(spec: dict) -> dict:
@@ -259,7 +230,7 @@ def run_benchmark(args) -> dict:
     base = {"device": args.device, "repeats": args.repeats}
     results = {"device": args.device, "posterior_sd": args.posterior_sd, "steps": args.steps,
                "repeats": args.repeats, "batch_size": args.batch_size,
-               "train": {}, "gradient_variance": {}, "predict": {}, "time_to_accuracy": {}}
+               "train": {}, "gradient_variance": {}, "predict": {}}
     for arch in args.archs:
         results["train"][arch] = {m: _child({**base, "kind": "train", "method": m, "arch": arch,
                                             "steps": args.steps, "warmup": args.warmup,
@@ -274,11 +245,6 @@ def run_benchmark(args) -> dict:
                                               "samples": args.samples, "images": args.images,
                                               "predict_repeats": args.predict_repeats,
                                               "chunk_size": args.chunk_size}) for m in PREDICTION}
-    if args.time_to_accuracy:
-        for arch in [a for a in args.archs if a in TARGETS]:
-            results["time_to_accuracy"][arch] = _child({**base, "kind": "tta", "arch": arch,
-                                                       "data_root": args.data_root,
-                                                       "overrides": args.tta_override})
     return results
 
 
@@ -315,11 +281,6 @@ def report(results: dict) -> str:
                 gain = f"{methods['loop']['seconds'] / r['seconds']:>9.2f}x" if method == "predict" else ""
                 lines.append(f"{arch:<10}{method:<9}{r['seconds']:>9.3f}{r['images_per_s']:>10.0f}"
                              f"{r['peak_mb']:>9.0f}{gain}")
-    for arch, r in results["time_to_accuracy"].items():
-        state = "reached" if r["reached"] else "NOT reached"
-        lines.append(f"time to {100 * r['target']:.0f}% validation accuracy, {arch}: {state} after "
-                     f"{r['epochs']} epochs ({100 * r['val_accuracy']:.2f}%), {r['training_s']:.1f} s training, "
-                     f"{r['wall_s']:.1f} s wall")
     return "\n".join(lines)
 
 
@@ -337,18 +298,17 @@ def main(argv=None) -> int:
     parser.add_argument("--predict-repeats", type=int, default=1, help="prediction runs (the median is reported)")
     parser.add_argument("--draws", type=int, default=50, help="gradients drawn for the gradient variance")
     parser.add_argument("--posterior-sd", type=float, default=0.1, help="posterior sds for the gradient variance")
-    parser.add_argument("--time-to-accuracy", action="store_true",
-                        help="also train mnist_mlp to 98%% and lenet to 99%% validation accuracy (minutes)")
-    parser.add_argument("--data-root", default=None, help="MNIST for --time-to-accuracy ($BNN_ZOO_DATA)")
-    parser.add_argument("--tta-override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides for the time-to-accuracy runs (train.batch_size=256, ...)")
+    parser.add_argument("--data-root", default=None, help="MNIST for the gradient variance ($BNN_ZOO_DATA)")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
-        run = {"tta": time_to_accuracy, "gradvar": gradient_variance}.get(spec["kind"], measure)
-        print(json.dumps(run(spec)))
+        import pyro
+
+        run = gradient_variance if spec["kind"] == "gradvar" else measure
+        with pyro.settings.context(module_local_params=True):  # as python -m bnn_zoo.train runs
+            print(json.dumps(run(spec)))
         return 0
     try:
         results = run_benchmark(args)

@@ -4,17 +4,15 @@ plots (the curves, and per-layer histograms of the posterior means, sds and SNRs
 
 Usage: python scripts/prune.py runs/mnist_mlp [--levels 0 0.5 0.95] [--samples 100] [--out DIR]
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pyro
 
-from bnn_zoo import plots, predict
+from bnn_zoo import cli, plots, predict
 from bnn_zoo.abstention import abstain
-from bnn_zoo.config import ConfigError
-from bnn_zoo.data import DataError, normalize
+from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import in_distribution, load_for_evaluation, ood_images
 from bnn_zoo.pruning import SCORES, posterior_loc_scale, prune_masks
 
@@ -23,6 +21,7 @@ COLUMNS = {"accuracy": "accuracy", "nll": "NLL", "refused_mnist": "refused MNIST
            "refused_notmnist": "refused notMNIST"}
 
 
+@pyro.settings.context(module_local_params=True)
 def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshold=0.2, test_size=None,
                  ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
@@ -65,27 +64,21 @@ def table(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = cli.command_parser(None, __doc__)
     parser.add_argument("run_dir", help="a trained classifier run (python -m bnn_zoo.train ...)")
     parser.add_argument("--levels", type=float, nargs="+", default=LEVELS, help="fractions to prune")
-    parser.add_argument("--samples", type=int, default=100)
-    parser.add_argument("--quantile", type=float, default=0.5)
-    parser.add_argument("--threshold", type=float, default=0.2)
-    parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
-    parser.add_argument("--ood-size", type=int, default=10000, help="notMNIST letters")
-    parser.add_argument("--data-root", default=None)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add_sampling_options(parser)
+    cli.add_rule_options(parser)
+    cli.add_data_options(parser)
     parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/prune)")
     args = parser.parse_args(argv)
-    try:
-        result = prune_report(args.run_dir, args.levels, args.samples, args.quantile, args.threshold,
-                              args.test_size, args.ood_size, args.data_root, args.device, args.seed, args.out)
-    except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(table(result))
-    return 0
+
+    def command() -> int:
+        print(table(prune_report(args.run_dir, args.levels, args.samples, args.quantile, args.threshold,
+                                 args.test_size, args.ood_size, args.data_root, args.device, args.seed, args.out)))
+        return 0
+
+    return cli.run(command)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,12 @@ signal-to-noise ratios |mu| / sigma; prints their quartiles per layer.
 
 Usage: python scripts/weight_posteriors.py runs/lenet [--out runs/lenet/weight_posteriors.png]
 """
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
-from bnn_zoo import load, plots
+from bnn_zoo import cli, load, plots
 from bnn_zoo.pruning import posterior_loc_scale
 
 
@@ -26,21 +25,21 @@ def summary(loc_scale: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = cli.command_parser(None, __doc__)
     parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
     parser.add_argument("--out", default=None, help="the figure (default RUN_DIR/weight_posteriors.png)")
     args = parser.parse_args(argv)
-    try:
+
+    def command() -> int:
         trained = load(args.run_dir)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    loc_scale = posterior_loc_scale(trained.guide)
-    out = Path(args.out or Path(args.run_dir) / "weight_posteriors.png")
-    plots.weight_posteriors(loc_scale, out, f"{trained.config.arch}: weight posteriors")
-    print(summary(loc_scale))
-    print(f"wrote {out}")
-    return 0
+        loc_scale = posterior_loc_scale(trained.guide)
+        out = Path(args.out or Path(args.run_dir) / "weight_posteriors.png")
+        plots.weight_posteriors(loc_scale, out, f"{trained.config.arch}: weight posteriors")
+        print(summary(loc_scale))
+        print(f"wrote {out}")
+        return 0
+
+    return cli.run(command)
 
 
 if __name__ == "__main__":

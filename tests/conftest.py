@@ -1,25 +1,36 @@
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyro
 import pytest
 import torch
 
-import bnn_zoo
 from bnn_zoo.config import make_config, resolved
 from bnn_zoo.zoo import ARCHITECTURES
 
 ZOO = list(ARCHITECTURES)
 SHARED_DATA = Path(os.environ.get("BNN_ZOO_DATA")
                    or Path(__file__).resolve().parents[2] / "shared" / "data")
+# A small hidden layer for the MLPs keeps the Pyro-client tests fast; LeNet's shape is fixed.
+SMALL = {"toy_mlp": [16], "mnist_mlp": [32], "lenet": None}
 
 
 @pytest.fixture(autouse=True)
 def fresh_pyro():
-    """Every test starts with an empty param store and the same seeds."""
+    """Every test starts with an empty param store, the same seeds and Pyro's default settings."""
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
+    before = pyro.settings.get()
     yield
+    assert pyro.settings.get() == before, "a test left Pyro's settings changed"
+
+
+@contextmanager
+def param_mode(mode: str):
+    """Pyro's global parameter store ("global", its default) or module-local parameters ("local")."""
+    with pyro.settings.context(module_local_params=mode == "local"):
+        yield
 
 
 @pytest.fixture
@@ -60,4 +71,11 @@ def tiny_run(tmp_path_factory):
     return run_dir
 
 
-__all__ = ["ZOO", "SHARED_DATA", "bnn_zoo", "example_batch", "tiny_config"]
+def adam_first_step_moved_every_parameter(before: dict, params: dict, lr: float) -> bool:
+    """Adam's first step moves each coordinate by lr |g| / (|g| + 1e-8): by lr where it got a
+    gradient (a little less for gradients near 1e-8), not at all where it got none."""
+    for name, p in params.items():
+        moved = (p.detach() - before[name]).abs()
+        if not (moved.min() > 0.5 * lr and moved.max() < lr * (1 + 1e-3)):
+            raise AssertionError(f"{name} moved by {moved.min().item():.3g}..{moved.max().item():.3g}, not {lr}")
+    return True

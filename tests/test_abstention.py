@@ -27,10 +27,12 @@ def test_two_classes_accepted_is_a_set_valued_answer():
 
 
 def test_no_class_accepted_is_refused():
-    probs = samples([0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.05, 0.05, 0.9])  # medians 0.05
+    probs = samples([0.9, 0.05, 0.05], [0.05, 0.85, 0.1], [0.1, 0.05, 0.85])  # medians 0.1, 0.05, 0.1
     decision = abstain(probs)
     assert decision.refused.tolist() == [True] and decision.prediction.tolist() == [-1]
-    assert decision.forced.item() in (0, 1, 2)
+    assert torch.allclose(decision.quantile_probs, torch.tensor([[0.1, 0.05, 0.1]]))
+    assert torch.allclose(decision.mean_probs, torch.tensor([[0.35, 0.95 / 3, 1 / 3]]))
+    assert decision.forced.tolist() == [0]  # the argmax of the mean probabilities
 
 
 def test_quantile_and_threshold_are_knobs():

@@ -5,46 +5,100 @@ from conftest import ZOO, example_batch, tiny_config
 from pyro.infer import Trace_ELBO
 
 from bnn_zoo import load, predict
-from bnn_zoo.checkpoint import CHECKPOINT, TWIN_CHECKPOINT, build_from_config, save_bayes, save_twin, twin_from_config
+from bnn_zoo.checkpoint import (
+    CHECKPOINT,
+    TWIN_CHECKPOINT,
+    build_from_config,
+    save_bayes,
+    save_twin,
+    twin_from_config,
+)
+from bnn_zoo.errors import CheckpointError
 from bnn_zoo.train import make_scheduler
-from bnn_zoo.zoo import hyperparameters
 
 LEARNED = {"model.prior": "scale_mixture", "model.learn_prior": True, "model.noise": "homoscedastic"}
+OPTIONS = {"default": {}, "learned_mixture": LEARNED, "lowrank": {"model.guide": "lowrank"},
+           "delta": {"model.guide": "delta"}}
 
 
-@pytest.mark.parametrize("options", [{}, LEARNED], ids=["default", "learned_mixture"])
-@pytest.mark.parametrize("arch", ZOO)
-def test_checkpoint_round_trip_gives_identical_predictions(arch, options, tmp_path):
+def _trained_run(arch, options, run_dir, steps=3):
     cfg = tiny_config(arch, **options)
     model, guide = build_from_config(cfg, num_data=64)
     optimizer = torch.optim.Adam([*guide.parameters(), *model.parameters()], lr=1e-2)
     x, y = example_batch(arch, 16)
     loss_fn = Trace_ELBO()(model, guide)
-    for _ in range(3):
+    for _ in range(steps):
         optimizer.zero_grad()
         loss_fn(x, y).backward()
         optimizer.step()
-    save_bayes(tmp_path / CHECKPOINT, cfg, 3, 64, model, guide, optimizer,
-               make_scheduler(optimizer, cfg.train, 3), [])
+    scheduler = make_scheduler(optimizer, cfg.train, 3)
+    save_bayes(run_dir / CHECKPOINT, cfg, steps, 64, model, guide, optimizer, scheduler, [])
     twin = twin_from_config(cfg)
-    save_twin(tmp_path / TWIN_CHECKPOINT, cfg, 1, twin, optimizer,
-              make_scheduler(optimizer, cfg.train, 3), [])
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(0.1)  # not its initialization
+    save_twin(run_dir / TWIN_CHECKPOINT, cfg, 1, twin, optimizer, scheduler, [])
+    return model, guide, twin, x
 
+
+@pytest.mark.parametrize("options", OPTIONS, ids=list(OPTIONS))
+@pytest.mark.parametrize("arch", ZOO)
+def test_checkpoint_round_trip_gives_identical_predictions(arch, options, tmp_path):
+    with pyro.settings.context(module_local_params=True):  # as training builds its pairs
+        model, guide, twin, x = _trained_run(arch, OPTIONS[options], tmp_path)
     # weights_only: plain tensors and containers, no pickled code
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["epoch"] == 3
     trained = load(tmp_path)
-    assert trained.model.num_data == 64 and trained.epoch == 3
-    assert hyperparameters(trained.model) == hyperparameters(model)
-    if options:  # learned hyperparameters moved and came back
-        assert hyperparameters(model)["prior/pi"] != 0.25
+    assert trained.model.likelihood.num_data == 64 and trained.epoch == 3 and trained.samples is None
+    assert trained.model.hyperparameters == model.hyperparameters
+    if options == "learned_mixture":  # learned hyperparameters moved and came back
+        assert model.hyperparameters["prior/pi"] != 0.25
     pyro.set_rng_seed(7)
     before = predict(model, guide, x, num_samples=5)
     pyro.set_rng_seed(7)
-    after = predict(trained.model, trained.guide, x, num_samples=5)
-    assert torch.equal(before, after)
+    assert torch.equal(predict(trained.model, trained.guide, x, num_samples=5), before)
     assert torch.equal(twin(x), trained.twin(x))
 
 
-def test_load_without_a_run_says_how_to_make_one(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint at .*python -m bnn_zoo.train"):
+def _as_format_1(state: dict) -> dict:
+    """A checkpoint as bnn-zoo wrote it up to commit 766a886: no format, the noise scale under
+    "noise.", a twin's state the plain network's (classifier) or Sequential(net, noise)'s."""
+    state = {k: v for k, v in state.items() if k != "format"}
+    if "model" in state:
+        state["model"] = {k.replace("likelihood.", "noise.", 1): v for k, v in state["model"].items()}
+    if "net" in state:
+        regression = any(k.startswith("likelihood.") for k in state["net"])
+        state["net"] = {(k.replace("net.", "0.", 1).replace("likelihood.", "1.", 1) if regression
+                         else k[len("net."):]): v for k, v in state["net"].items()}
+    return state
+
+
+@pytest.mark.parametrize("arch", ["toy_mlp", "lenet"])
+def test_format_1_checkpoints_load(arch, tmp_path):
+    options = {"model.noise": "homoscedastic"} if arch == "toy_mlp" else {}
+    with pyro.settings.context(module_local_params=True):
+        model, guide, twin, x = _trained_run(arch, options, tmp_path)
+    for name in (CHECKPOINT, TWIN_CHECKPOINT):
+        torch.save(_as_format_1(torch.load(tmp_path / name, weights_only=True)), tmp_path / name)
+    assert "format" not in torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    trained = load(tmp_path)
+    pyro.set_rng_seed(7)
+    before = predict(model, guide, x, num_samples=5)
+    pyro.set_rng_seed(7)
+    assert torch.equal(predict(trained.model, trained.guide, x, num_samples=5), before)
+    assert torch.equal(twin(x), trained.twin(x))
+
+
+def test_unloadable_runs_say_why(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint at .*python -m bnn_zoo.train"):
+        load(tmp_path)
+    with pyro.settings.context(module_local_params=True):
+        _trained_run("toy_mlp", {}, tmp_path)
+    state = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    torch.save({**state, "format": 99}, tmp_path / CHECKPOINT)
+    with pytest.raises(CheckpointError, match="format 99.*upgrade bnn-zoo"):
+        load(tmp_path)
+    state["guide"] = {k: v[..., :1] for k, v in state["guide"].items()}  # not this model's shapes
+    torch.save(state, tmp_path / CHECKPOINT)
+    with pytest.raises(CheckpointError, match="does not fit the model its config describes"):
         load(tmp_path)

@@ -1,6 +1,7 @@
 import pytest
 
-from bnn_zoo.config import ConfigError, config_names, load_config, make_config, resolved
+from bnn_zoo.config import config_names, load_config, make_config, pick_device, resolved
+from bnn_zoo.errors import ConfigError
 
 
 def test_shipped_configs_load_and_hold_only_differences():
@@ -29,6 +30,11 @@ def test_overrides_and_paths(tmp_path):
     (["arch=lenet", "model.hidden=[10]"], "fixed shape"),
     (["data.name=mnist"], "does not suit toy_mlp"),
     (["train.lr_schedule=linear"], "train.lr_schedule"),
+    (["model.guide=laplace"], "'model.guide'.*meanfield or lowrank or delta"),
+    (["model.guide_rank=0"], "model.guide_rank.*positive"),
+    (["infer=mcmc"], "'infer'.*svi or nuts"),
+    (["mcmc.target_accept=1.5"], "mcmc.target_accept"),
+    (["mcmc.warmup_steps=-1"], "mcmc.warmup_steps.*>= 0"),
 ])
 def test_bad_configs_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -60,3 +66,14 @@ def test_resolved_fills_architecture_defaults():
     cfg = resolved(make_config({"arch": "toy_mlp"}))
     assert cfg.model.hidden == [50, 50] and cfg.data.name == "polynomial"
     assert resolved(make_config({"arch": "lenet"})).model.hidden is None
+
+
+def test_device_choice():
+    import torch
+
+    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigError, match="not a device"):
+        pick_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            pick_device("cuda")

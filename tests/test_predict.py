@@ -1,13 +1,18 @@
+import json
+
+import pyro
 import pytest
 import torch
-from conftest import ZOO, example_batch
+from conftest import SHARED_DATA, SMALL, ZOO, example_batch
+from PIL import Image
 
 from bnn_zoo import build, make_net, predict
+from bnn_zoo.predict import main
 
 
 @pytest.mark.parametrize("arch", ZOO)
 def test_predict_shapes_and_chunks(arch):
-    model, guide = build(arch, num_data=100)
+    model, guide = build(arch, num_data=100, hidden=SMALL[arch])
     x, _ = example_batch(arch, 7)
     out = predict(model, guide, x, num_samples=11, chunk_size=4, batch_size=3)
     expected = (11, 7, 10) if arch != "toy_mlp" else (11, 7, 2)  # regression: mean, noise scale
@@ -20,19 +25,81 @@ def test_predict_shapes_and_chunks(arch):
 
 
 @pytest.mark.parametrize("arch", ZOO)
-def test_predict_matches_the_network_at_the_posterior_means(arch):
-    """With a (nearly) zero posterior spread every sample is the network at the guide's means."""
-    model, guide = build(arch, num_data=100, init_scale=1e-9)
-    x, y = example_batch(arch, 5)
-    guide(x, y)
-    net = make_net(arch)
-    net.load_state_dict({k[len("net."):]: v for k, v in guide.median().items()})
-    expected = net(x).softmax(-1) if arch != "toy_mlp" else model.noise(net(x))
-    out = predict(model, guide, x, num_samples=3)
-    assert torch.allclose(out, expected.expand_as(out), atol=1e-4)
+def test_predict_on_weight_samples_is_the_network_at_each_sample(arch):
+    """A dict of samples (an MCMC posterior): sample s is the plain network at weights s, and
+    num_samples picks evenly spaced ones."""
+    model, guide = build(arch, num_data=100, hidden=SMALL[arch], init_scale=0.1)
+    x, _ = example_batch(arch, 5)
+    with pyro.plate("s", 6, dim=-2):
+        samples = {n: v[:, 0] for n, v in guide(x).items()}  # {site: [6, *shape]}
+    out = predict(model, samples, x, num_samples=None, chunk_size=4, batch_size=2)
+    net = make_net(arch, SMALL[arch])
+    for s in range(6):
+        net.load_state_dict({n[len("net."):]: v[s] for n, v in samples.items()})
+        assert torch.allclose(out[s], model.likelihood.predictive(net(x)), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(predict(model, samples, x, num_samples=3), out[[0, 2, 5]], atol=1e-6)  # linspace(0, 5, 3)
+    with pytest.raises(ValueError, match="holds 6 samples; asked for 7"):
+        predict(model, samples, x, num_samples=7)
+
+
+@pytest.mark.parametrize("kind", ["lowrank", "delta"])
+def test_predict_takes_any_guide(kind):
+    model, guide = build("mnist_mlp", num_data=100, hidden=[16], guide=kind, rank=2)
+    x, _ = example_batch("mnist_mlp", 4)
+    out = predict(model, guide, x, 5, chunk_size=2)
+    assert out.shape == (5, 4, 10)
+    assert torch.allclose(out[0], out[1]) == (kind == "delta")
+
+
+def test_predict_runs_in_eval_mode_and_restores_the_mode():
+    model, guide = build("toy_mlp", hidden=[4])
+    seen = []
+    model.net.register_forward_pre_hook(lambda module, _: seen.append(module.training))
+    model.train()
+    predict(model, guide, torch.zeros(2, 1), 2)
+    model.forward_with({n: torch.zeros(s) for n, s in model.weight_shapes.items()}, torch.zeros(2, 1))
+    assert model.training  # restored
+    assert model._skeleton.training  # forward_with follows the model's mode
 
 
 def test_predict_rejects_bad_sizes():
-    model, guide = build("toy_mlp")
-    with pytest.raises(ValueError, match="positive"):
-        predict(model, guide, torch.zeros(2, 1), num_samples=0)
+    model, guide = build("toy_mlp", hidden=[4])
+    for kwargs in ({"num_samples": 0}, {"chunk_size": 0}, {"batch_size": 0}):
+        with pytest.raises(ValueError, match="positive"):
+            predict(model, guide, torch.zeros(2, 1), **kwargs)
+
+
+def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
+    from bnn_zoo.abstention import abstain
+    from bnn_zoo.checkpoint import load
+    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.images import load_image
+
+    images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
+    Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
+    Image.fromarray(255 - images[1].numpy()).save(tmp_path / "paper.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "empty.png").write_bytes(b"")
+    files = [str(tmp_path / n) for n in ("digit.png", "notes.txt", "paper.png", "empty.png")]
+    assert main([str(tiny_run), *files, "--samples", "5", "--json"]) == 1
+    answers = json.loads(capsys.readouterr().out)
+    assert [a["file"] for a in answers] == files
+    assert "not a readable image" in answers[1]["error"] and "not a readable image" in answers[3]["error"]
+    # the same answers as the rule on the same draws
+    trained = load(tiny_run)
+    pyro.set_rng_seed(0)
+    x = normalize(torch.stack([load_image(files[0]), load_image(files[2])]))
+    decision = abstain(predict(trained.model, trained.guide, x, 5))
+    for i, answer in enumerate((answers[0], answers[2])):
+        expected = None if decision.refused[i] else int(decision.prediction[i])
+        assert answer["answer"] == expected
+        assert {int(c) for c in answer["accepted"]} == set(decision.accepted[i].nonzero()[:, 0].tolist())
+    assert main([str(tiny_run), files[0], "--samples", "5"]) == 0
+    line = capsys.readouterr().out.strip()
+    expected = "I don't know" if answers[0]["answer"] is None else f"{answers[0]['answer']} ("
+    assert line.startswith(files[0] + ": ") and expected in line
+
+
+def test_predict_cli_refuses_a_missing_run(tmp_path, capsys):
+    assert main([str(tmp_path), "x.png"]) == 2
+    assert capsys.readouterr().err.startswith("error: no checkpoint at")

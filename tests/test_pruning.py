@@ -1,17 +1,17 @@
 import pyro
 import pytest
 import torch
-from conftest import ZOO, example_batch
+from conftest import SMALL, ZOO, example_batch
 
 from bnn_zoo import build, load, predict
 from bnn_zoo.data import load_torchvision, normalize
-from bnn_zoo.metrics import predictive_metrics
+from bnn_zoo.likelihoods import Categorical
 from bnn_zoo.pruning import posterior_loc_scale, prune_masks, weight_scores
 
 
 def _trained_like(arch):
     """A fresh pair whose posterior sds vary, as after training."""
-    model, guide = build(arch, num_data=100)
+    model, guide = build(arch, num_data=100, hidden=SMALL[arch])
     x, y = example_batch(arch)
     guide(x, y)
     with torch.no_grad():
@@ -53,8 +53,15 @@ def test_pruning_everything_gives_chance_accuracy(tiny_run, shared_data):
     trained = load(tiny_run)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     x, labels = normalize(images[:1000]), labels[:1000]
-    full = predictive_metrics(predict(trained.model, trained.guide, x, 5), labels, "categorical")
+    full = Categorical().metrics(predict(trained.model, trained.guide, x, 5), labels)
     probs = predict(trained.model, trained.guide, x, 5, keep=prune_masks(trained.guide, 1.0))
     assert torch.allclose(probs, torch.full_like(probs, 0.1))  # every logit is zero
-    pruned = predictive_metrics(probs, labels, "categorical")
+    pruned = Categorical().metrics(probs, labels)
     assert full["accuracy"] > 0.3 and 0.05 < pruned["accuracy"] < 0.15  # a 1-epoch model, against chance
+
+
+def test_pruning_needs_a_mean_field_posterior():
+    _, guide = build("toy_mlp", hidden=[4], guide="lowrank")
+    guide(torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="mean-field posterior.*AutoLowRankMultivariateNormal"):
+        prune_masks(guide, 0.5)

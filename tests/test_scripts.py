@@ -1,14 +1,24 @@
-"""Every script in scripts/ runs with tiny settings (as Pyro's tests/test_examples.py does)."""
+"""Every script in scripts/ runs with tiny settings (as Pyro's tests/test_examples.py does), and
+prints and writes the figures its library functions compute."""
 import importlib.util
 import json
+import re
 from pathlib import Path
 
+import pyro
 import pytest
+import torch
+
+from bnn_zoo import load, predict
+from bnn_zoo.data import load_torchvision, normalize
+from bnn_zoo.pruning import posterior_loc_scale
+from bnn_zoo.reports import rejection_report
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
 
 
-def load_script(path: Path):
+def load_script(name: str):
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -18,73 +28,85 @@ def load_script(path: Path):
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_script_help(path, capsys):
     with pytest.raises(SystemExit) as done:
-        load_script(path).main(["--help"])
+        load_script(path.stem).main(["--help"])
     assert done.value.code == 0 and "usage" in capsys.readouterr().out.lower()
 
 
 @pytest.mark.parametrize("name, ood", [("reject_notmnist", "notmnist"), ("reject_noise", "noise")])
-def test_rejection_scripts_on_a_tiny_run(name, ood, tiny_run, tmp_path, capsys):
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+def test_rejection_scripts_write_the_report(name, ood, tiny_run, tmp_path, capsys):
     out = tmp_path / "out"
-    assert script.main([str(tiny_run), "--out", str(out), "--samples", "5", "--test-size", "200",
-                        "--ood-size", "50"]) == 0
+    args = dict(num_samples=5, test_size=200, ood_size=50)
+    assert load_script(name).main([str(tiny_run), "--out", str(out), "--samples", "5", "--test-size", "200",
+                                   "--ood-size", "50"]) == 0
     printed = capsys.readouterr().out
-    assert "refused on MNIST" in printed and "Bayesian" in printed and "deterministic" in printed
     result = json.loads((out / f"reject_{ood}.json").read_text())
-    assert set(result["bayes"]) == {"refused_mnist", "accuracy_accepted_mnist",
-                                    "forced_accuracy_mnist", f"refused_{ood}"}
-    for plot in ("histograms", "mean_probabilities", "refusal_vs_threshold", "risk_coverage",
-                 "reliability"):
-        assert (out / f"{plot}.png").stat().st_size > 1000
+    assert result == rejection_report(tiny_run, ood, tmp_path / "again", **args)
+    refused = 100 * result["bayes"][f"refused_{ood}"]
+    assert re.search(rf"refused on \S+\s+{refused:.2f}%", printed.replace("white noise", "noise"))
 
 
-def test_prune_script_on_a_tiny_run(tiny_run, tmp_path, capsys):
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "prune.py")
+def test_prune_script_on_a_tiny_run(tiny_run, shared_data, tmp_path, capsys):
     out = tmp_path / "prune"
-    assert script.main([str(tiny_run), "--levels", "0", "0.5", "1", "--samples", "3", "--test-size", "200",
-                        "--ood-size", "50", "--out", str(out)]) == 0
+    assert load_script("prune").main([str(tiny_run), "--levels", "0", "0.5", "1", "--samples", "3",
+                                      "--test-size", "200", "--ood-size", "50", "--out", str(out)]) == 0
     assert "refused notMNIST" in capsys.readouterr().out
     result = json.loads((out / "prune.json").read_text())
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    trained = load(tiny_run)
+    pyro.set_rng_seed(0)
+    probs = predict(trained.model, trained.guide, normalize(images[:200]), 3)
     for by in ("snr", "magnitude"):
         assert [r["pruned"] for r in result[by]] == [0, 0.5, 1]
-        assert result[by][0]["accuracy"] > result[by][-1]["accuracy"]
-    assert result["snr"][0] == result["magnitude"][0]  # nothing pruned: the same draws, the same figures
+        unpruned, everything = result[by][0], result[by][-1]
+        assert unpruned["accuracy"] == pytest.approx((probs.mean(0).argmax(1) == labels[:200]).float().mean().item())
+        # every weight zero: uniform probabilities, whose argmax is class 0
+        assert everything["accuracy"] == pytest.approx((labels[:200] == 0).float().mean().item())
+        assert everything["refused_mnist"] == 1.0  # 0.1 per class, under the 0.2 threshold
     for plot in ("pruning", "weight_posteriors"):
         assert (out / f"{plot}.png").stat().st_size > 1000
 
 
-def test_weight_posteriors_script(tiny_run, tmp_path, capsys):
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "weight_posteriors.py")
-    assert script.main([str(tiny_run), "--out", str(tmp_path / "w.png")]) == 0
-    printed = capsys.readouterr().out
-    assert "layers.1.weight" in printed and "SNR quartiles" in printed
+def test_weight_posteriors_script_prints_the_quartiles(tiny_run, tmp_path, capsys):
+    assert load_script("weight_posteriors").main([str(tiny_run), "--out", str(tmp_path / "w.png")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("layers.1.weight"))
+    loc, scale = posterior_loc_scale(load(tiny_run).guide)["layers.1.weight"]
+    median = torch.quantile(scale.flatten()[:1_000_000], 0.5).item()
+    assert f"{median:.3g}" in line.split()  # the sigma quartiles hold the median sd
     assert (tmp_path / "w.png").stat().st_size > 1000
 
 
 def test_benchmark_with_tiny_settings(shared_data, tmp_path, capsys):
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "benchmark.py")
+    script = load_script("benchmark")
     out = tmp_path / "bench.json"
     assert script.main(["--archs", "mnist_mlp", "--steps", "2", "--warmup", "1", "--repeats", "1",
-                        "--samples", "3", "--images", "40", "--device", "cpu", "--json", str(out), "--draws", "3",
-                        "--time-to-accuracy", "--tta-override", "data.train_limit=300", "data.val_size=100",
-                        "data.test_limit=50", "model.hidden=[16]", "train.epochs=1"]) == 0
+                        "--samples", "3", "--images", "40", "--device", "cpu", "--json", str(out), "--draws", "3"]) == 0
     printed = capsys.readouterr().out
-    assert "zoo/bbb" in printed and "speed-up" in printed and "time to 98% validation accuracy" in printed
     result = json.loads(out.read_text())
     mlp = result["train"]["mnist_mlp"]
     assert all(mlp[m]["steps_per_s"] > 0 and mlp[m]["peak_mb"] > 0 for m in script.TRAINING)
+    zoo_line = next(x for x in printed.splitlines() if x.startswith("mnist_mlp zoo "))
+    assert f"{mlp['zoo']['steps_per_s'] / mlp['bbb']['steps_per_s']:.2f}x" in zoo_line
     variance = result["gradient_variance"]["mnist_mlp"]
     assert variance["data"] == "MNIST" and all(variance[r]["loc"] > 0 for r in ("weights", "local"))
     assert set(result["predict"]["mnist_mlp"]) == {"predict", "loop"}
-    assert result["time_to_accuracy"]["mnist_mlp"]["epochs"] == 1
+
+
+def test_time_to_accuracy_stops_at_the_target(shared_data, tmp_path, capsys, monkeypatch):
+    script = load_script("time_to_accuracy")
+    monkeypatch.setitem(script.TARGETS, "mnist_mlp", 0.5)  # a target a tiny run reaches
+    out = tmp_path / "tta.json"
+    assert script.main(["--archs", "mnist_mlp", "--device", "cpu", "--json", str(out), "--override",
+                        "data.train_limit=600", "data.val_size=200", "data.test_limit=50", "model.hidden=[32]",
+                        "train.epochs=5", "train.lr=0.01"]) == 0
+    result = json.loads(out.read_text())["mnist_mlp"]
+    assert result["reached"] and result["val_accuracy"] >= 0.5 and result["epochs"] < 5
+    assert f"reached after {result['epochs']} epochs" in capsys.readouterr().out
 
 
 def test_hand_written_bayes_by_backprop_learns():
     """The benchmark's baseline is a working BbB: on a separable problem its loss falls and its
     posterior means classify."""
-    import torch
-
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "benchmark.py")
+    script = load_script("benchmark")
     torch.manual_seed(0)
     x = torch.randn(256, 5)
     y = (x[:, 0] > 0).long()

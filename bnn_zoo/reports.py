@@ -5,18 +5,17 @@ Usage: ``rejection_report("runs/lenet", "notmnist", out_dir="runs/lenet/reject_n
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
+import pyro
 import torch
 
-from . import plots
+from . import cli, plots
 from .abstention import abstain, risk_coverage
-from .config import ConfigError
-from .data import DataError, normalize
+from .data import normalize
 from .evaluate import in_distribution, load_for_evaluation, ood_images, sampled_probs
+from .metrics import reliability_bins
 
 LABELS = {"bayes": "Bayesian", "twin": "deterministic"}
 OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
@@ -28,17 +27,7 @@ def refusal_curve(probs: torch.Tensor, quantile: float, thresholds: torch.Tensor
     return (top[None, :] < thresholds.to(top.device)[:, None]).float().mean(1)
 
 
-def reliability_bins(probs: torch.Tensor, labels: torch.Tensor, bins: int = 15):
-    """(mean confidence, accuracy, count) per confidence bin of the mean prediction."""
-    confidence, predicted = probs.mean(0).max(1)
-    correct = (predicted == labels.to(probs.device)).float()
-    index = (confidence * bins).long().clamp(max=bins - 1)
-    count = torch.bincount(index, minlength=bins).float()
-    mean_conf = torch.bincount(index, confidence, minlength=bins) / count.clamp_min(1)
-    accuracy = torch.bincount(index, correct, minlength=bins) / count.clamp_min(1)
-    return mean_conf, accuracy, count
-
-
+@pyro.settings.context(module_local_params=True)
 def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None = None,
                      num_samples: int = 100, quantile: float = 0.5, threshold: float = 0.2,
                      test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
@@ -111,25 +100,20 @@ def table(result: dict, ood: str) -> str:
 
 def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
     """The command line shared by the rejection scripts."""
-    parser = argparse.ArgumentParser(description=doc)
+    parser = cli.command_parser(None, doc)
     parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
     parser.add_argument("--out", default=None, help=f"output folder (default RUN_DIR/reject_{ood})")
-    parser.add_argument("--samples", type=int, default=100)
-    parser.add_argument("--quantile", type=float, default=0.5)
-    parser.add_argument("--threshold", type=float, default=0.2)
-    parser.add_argument("--test-size", type=int, default=None, help="MNIST test images (all)")
-    parser.add_argument("--ood-size", type=int, default=10000)
+    cli.add_sampling_options(parser)
+    cli.add_rule_options(parser)
+    cli.add_data_options(parser)
     parser.add_argument("--grid", type=int, default=6, help="inputs in the histogram grid")
-    parser.add_argument("--data-root", default=None)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
-        result = rejection_report(args.run_dir, ood, args.out, args.samples, args.quantile,
-                                  args.threshold, args.test_size, args.ood_size, args.grid,
-                                  args.data_root, args.device, args.seed)
-    except (ConfigError, DataError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(table(result, ood))
-    return 0
+
+    def command() -> int:
+        result = rejection_report(args.run_dir, ood, args.out, args.samples, args.quantile, args.threshold,
+                                  args.test_size, args.ood_size, args.grid, args.data_root, args.device,
+                                  args.seed)
+        print(table(result, ood))
+        return 0
+
+    return cli.run(command)

@@ -1,0 +1,59 @@
+"""What the command lines share: their common options, each defined once, and one way to end on a
+user's mistake: a line on stderr and exit code 2, never a traceback.
+
+Usage::
+
+    parser = command_parser("python -m bnn_zoo.evaluate", __doc__)
+    add_sampling_options(parser)
+    args = parser.parse_args(argv)
+    return run(lambda: work(args))
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from .errors import UserError
+
+
+def command_parser(prog: str | None, doc: str) -> argparse.ArgumentParser:
+    """A parser whose description is the first paragraph of ``doc`` and whose epilog is the rest."""
+    first, _, rest = (doc or "").strip().partition("\n\n")
+    return argparse.ArgumentParser(prog=prog, description=first, epilog=rest or None,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_sampling_options(parser: argparse.ArgumentParser, samples: int = 100) -> None:
+    """How to draw from a run: posterior samples, seed and device."""
+    parser.add_argument("--samples", type=int, default=samples,
+                        help=f"posterior samples per input (default {samples})")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the posterior draws (default 0)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+
+
+def add_rule_options(parser: argparse.ArgumentParser) -> None:
+    """The abstention rule's knobs (see bnn_zoo.abstention)."""
+    parser.add_argument("--quantile", type=float, default=0.5,
+                        help="quantile of each class's sampled probability (default 0.5, the median)")
+    parser.add_argument("--threshold", type=float, default=0.2,
+                        help="accept the classes whose quantile probability reaches this (default 0.2)")
+
+
+def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> None:
+    """Where the data sets are and how much of them to use."""
+    parser.add_argument("--data-root", default=None,
+                        help="data folder (default: the run's, then $BNN_ZOO_DATA, then ./data)")
+    parser.add_argument("--test-size", type=int, default=None, help="test images to use (default all)")
+    if ood_size:
+        parser.add_argument("--ood-size", type=int, default=10000,
+                            help="images per out-of-distribution set (default 10000)")
+
+
+def run(command: Callable[[], int]) -> int:
+    """Run a command; a user's mistake ends in one line on stderr and exit code 2."""
+    try:
+        return command()
+    except (UserError, FileNotFoundError, ValueError) as err:  # API checks raise ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 2

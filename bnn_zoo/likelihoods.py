@@ -1,0 +1,166 @@
+"""Likelihoods: how a network's outputs explain the data. Each one owns the observation site
+``obs`` and the data plate (so a minibatch's log-likelihood is scaled by num_data / batch size and
+the KL counts once per pass through the data), the per-sample predictive, the deterministic twin's
+loss and the figures of merit.
+
+Usage::
+
+    likelihood = Categorical(num_data=55000)       # the network gives logits
+    likelihood(logits, y)                           # inside a model: the data plate and obs site
+    likelihood.predictive(logits)                   # class probabilities
+    Gaussian(num_data=6, noise="heteroscedastic")   # the network gives mean and noise output
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.distributions import constraints
+from pyro.nn import PyroModule
+
+from .priors import hyperparameter
+
+
+class Likelihood(PyroModule):
+    """Base class: the data plate and the ``obs`` site around ``distribution(out)``.
+
+    A subclass gives ``outputs`` (how many outputs the network needs per example) and four
+    methods of the network's output ``out``: ``distribution`` (per example), ``returned`` (what
+    the model returns, its ``_RETURN`` site), ``predictive`` (one weight sample's predictive, as
+    ``bnn_zoo.predict`` stacks it) and ``metrics(samples, y)`` (figures of ``predict``'s samples).
+    ``num_data`` is the size of the full training set (None: each batch is the whole data set).
+    """
+
+    outputs: int  # how many outputs the network needs per example
+
+    def __init__(self, num_data: Optional[int] = None):
+        super().__init__()
+        if num_data is not None and (isinstance(num_data, bool) or not isinstance(num_data, int)
+                                     or num_data < 1):
+            raise ValueError(f"num_data is the size of the training set, a positive integer; got "
+                             f"{num_data!r}")
+        self.num_data = num_data
+
+    def data_plate(self, batch: int, observed: bool, device) -> pyro.plate:
+        """The plate over the examples, at dim -1: full size num_data when fitting observed data."""
+        size = self.num_data if observed and self.num_data else batch
+        if batch > size:
+            raise ValueError(f"a batch of {batch} examples is larger than num_data={size}")
+        return pyro.plate("data", size, subsample=torch.arange(batch, device=device), dim=-1)
+
+    def forward(self, out: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
+        fn = self.distribution(out)
+        with self.data_plate(fn.batch_shape[-1], y is not None, out.device):
+            pyro.sample("obs", fn, obs=y)
+        return self.returned(out)
+
+    def twin_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-likelihood per example: the deterministic twin's training loss."""
+        return -self.distribution(out).log_prob(y).mean()
+
+    def metrics(self, samples: torch.Tensor, y: torch.Tensor) -> dict:
+        """Figures of the posterior predictive from ``predict``'s samples (S = 1 for a twin)."""
+        raise NotImplementedError
+
+    @property
+    def hyperparameters(self) -> dict[str, float]:
+        return {}
+
+
+class Categorical(Likelihood):
+    """Classification: the network gives logits; the model returns them.
+
+    Usage: ``Categorical(num_data=55000, num_classes=10)``
+    """
+
+    def __init__(self, num_data: Optional[int] = None, num_classes: int = 10):
+        super().__init__(num_data)
+        self.outputs = num_classes
+
+    def distribution(self, out):
+        return dist.Categorical(logits=out)
+
+    def returned(self, out):
+        return out
+
+    def predictive(self, out):
+        """Class probabilities [..., C]."""
+        return out.softmax(-1)
+
+    def twin_loss(self, out, y):
+        return F.cross_entropy(out, y)
+
+    def metrics(self, samples, y):
+        """Accuracy and NLL (nats per example) of the mean probability over the samples [S, N, C]."""
+        mean = samples.mean(0)
+        picked = mean.gather(1, y.unsqueeze(1)).squeeze(1).clamp_min(1e-12)
+        return {"accuracy": (mean.argmax(1) == y).float().mean().item(), "nll": -picked.log().mean().item()}
+
+
+NOISE_MODES = ("fixed", "homoscedastic", "heteroscedastic")
+
+
+class Gaussian(Likelihood):
+    """Regression with Gaussian noise; the model returns the mean.
+
+    ``fixed``: the noise sd is ``scale``. ``homoscedastic``: one sd, learned (starts at ``scale``).
+    ``heteroscedastic``: the network has a second output, the noise sd at each input,
+    softplus-positive and equal to ``scale`` where that output is 0.
+
+    Usage: ``loc, sd = Gaussian(noise="heteroscedastic", scale=0.5).loc_scale(net(x))``
+    """
+
+    def __init__(self, num_data: Optional[int] = None, noise: str = "fixed", scale: float = 1.0):
+        super().__init__(num_data)
+        if noise not in NOISE_MODES:
+            raise ValueError(f"unknown noise mode {noise!r}; choose one of {', '.join(NOISE_MODES)}")
+        if not scale > 0:
+            raise ValueError(f"the noise scale must be positive, got {scale}")
+        self.noise = noise
+        self.outputs = 2 if noise == "heteroscedastic" else 1
+        hyperparameter(self, "scale", scale, constraints.positive, noise == "homoscedastic")
+
+    def loc_scale(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = out[..., 0]
+        if self.noise == "heteroscedastic":
+            # softplus(raw + softplus^-1(scale)): equals scale at raw = 0; 1e-4 keeps it off zero.
+            offset = self.scale + torch.log(-torch.expm1(-self.scale))
+            return loc, F.softplus(out[..., 1] + offset) + 1e-4
+        return loc, self.scale.expand_as(loc)
+
+    def distribution(self, out):
+        return dist.Normal(*self.loc_scale(out))
+
+    def returned(self, out):
+        return out[..., 0]
+
+    def predictive(self, out):
+        """The sample's Normal as [..., 2]: (mean, noise sd)."""
+        return torch.stack(self.loc_scale(out), -1)
+
+    def metrics(self, samples, y):
+        """RMSE of the predictive mean, and NLL (nats per point) of the mixture of the S Normals."""
+        loc, scale = samples.unbind(-1)
+        log_mix = torch.distributions.Normal(loc, scale).log_prob(y).logsumexp(0) - math.log(len(loc))
+        return {"rmse": (loc.mean(0) - y).pow(2).mean().sqrt().item(), "nll": -log_mix.mean().item()}
+
+    @property
+    def hyperparameters(self) -> dict[str, float]:
+        return {} if self.noise == "heteroscedastic" else {"scale": self.scale.item()}
+
+
+LIKELIHOODS = ("categorical", "gaussian")
+
+
+def make_likelihood(kind: str, num_data: Optional[int] = None, noise: str = "fixed",
+                    noise_scale: float = 1.0, num_classes: int = 10) -> Likelihood:
+    """The likelihood a recipe names: ``categorical`` or ``gaussian`` (with its noise model)."""
+    if kind == "categorical":
+        return Categorical(num_data, num_classes)
+    if kind == "gaussian":
+        return Gaussian(num_data, noise, noise_scale)
+    raise ValueError(f"unknown likelihood {kind!r}; choose one of {', '.join(LIKELIHOODS)}")

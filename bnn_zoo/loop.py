@@ -1,0 +1,79 @@
+"""The epoch loop every trainer shares: minibatches on the device, a progress bar, a check for
+non-finite losses, the learning-rate schedule, and a hook after each epoch.
+
+Usage: ``fit("twin", twin.loss, optimizer, make_scheduler(optimizer, cfg.train, 20), train_set,
+cfg.train, 20, history, 1.0, after_epoch)``
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Optional
+
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from .data import TensorSet
+from .errors import TrainingError
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int):
+    """Per-epoch learning-rate schedule."""
+    if t.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, t.lr * t.lr_min_factor)
+    if t.lr_schedule == "step":
+        return torch.optim.lr_scheduler.StepLR(optimizer, t.lr_step, t.lr_gamma)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+
+
+def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
+        t: DictConfig, epochs: int, history: list, per_example: float,
+        after_epoch: Callable[[dict, bool], Optional[bool]]) -> None:
+    """The epoch loop shared by the BNN and its twin: minibatches on the device, a progress bar,
+    a check for non-finite losses, then ``after_epoch(record, due)``, where ``due`` says it is
+    time to evaluate and checkpoint (every ``t.eval_every`` epochs and the last); it returns True
+    to stop early.
+
+    ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
+    """
+    steps = math.ceil(len(train_set) / t.batch_size)
+    # One bar per epoch; for one-step epochs (the toy sets) one bar over the epochs instead.
+    over_epochs = tqdm(range(len(history), epochs), desc=label, dynamic_ncols=True,
+                       disable=not t.progress or steps > 1, initial=len(history), total=epochs)
+    for epoch in over_epochs:
+        start = time.perf_counter()
+        total = torch.zeros((), device=train_set.x.device)
+        bar = tqdm(train_set.batches(t.batch_size), total=steps, leave=False, dynamic_ncols=True,
+                   desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not t.progress or steps == 1)
+        for i, (xb, yb) in enumerate(bar):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(xb, yb)
+            loss.backward()
+            optimizer.step()
+            total += loss.detach()
+            if i % 25 == 0 and not bar.disable:
+                bar.set_postfix(loss=f"{total.item() / (i + 1) * per_example:.4f}", refresh=False)
+        mean_loss = total.item() / steps * per_example
+        seconds = time.perf_counter() - start
+        if not math.isfinite(mean_loss):
+            raise TrainingError(
+                f"{label}: the loss became {mean_loss} in epoch {epoch + 1}; stopped, and the last "
+                "good checkpoint is kept. Lower train.lr or model.init_scale and resume.")
+        scheduler.step()
+        record = {"epoch": epoch + 1, "steps": steps, "seconds": seconds, "loss": mean_loss,
+                  "lr": optimizer.param_groups[0]["lr"]}
+        if not over_epochs.disable:
+            over_epochs.set_postfix(loss=f"{mean_loss:.4f}", refresh=False)
+        if after_epoch(record, (epoch + 1) % t.eval_every == 0 or epoch + 1 == epochs):
+            break
+
+
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with its fused kernel (one pass over all parameters; CPU and CUDA)."""
+    return torch.optim.Adam(list(params), lr=lr, fused=True)
+
+
+def reached(record: dict, target: Optional[float]) -> bool:
+    """Whether an epoch's validation accuracy reached ``target`` (never when target is None)."""
+    return target is not None and record.get("val/accuracy", -1.0) >= target

@@ -1,0 +1,28 @@
+"""The deterministic twin: the same plain network and likelihood with point weights, fitted by
+maximum likelihood, so every figure of a Bayesian network can be shown beside a plain one.
+
+Usage: ``twin = Twin(LeNet5(), Categorical()); twin.loss(x, y).backward(); probs = twin(x)``
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .likelihoods import Likelihood
+
+
+class Twin(nn.Module):
+    """``twin(x)`` is the predictive in ``bnn_zoo.predict``'s per-sample format (class
+    probabilities, or a regression's (mean, noise sd)); a learned noise scale is the twin's own."""
+
+    def __init__(self, net: nn.Module, likelihood: Likelihood):
+        super().__init__()
+        self.net = net
+        self.likelihood = likelihood
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.likelihood.predictive(self.net(x))
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-likelihood per example."""
+        return self.likelihood.twin_loss(self.net(x), y)

@@ -1,0 +1,61 @@
+"""Train a shipped config until its posterior predictive reaches a validation accuracy (mnist_mlp
+98%, lenet 99%, checked every epoch): the epochs, training seconds (validation excluded) and wall
+seconds it took.
+
+Usage: python scripts/time_to_accuracy.py [--archs mnist_mlp lenet] [--device auto] [--json out.json]
+           [--override train.batch_size=256 ...]
+"""
+import json
+import sys
+import tempfile
+import time
+
+from bnn_zoo import cli
+from bnn_zoo.config import load_config
+from bnn_zoo.train import train
+
+TARGETS = {"mnist_mlp": 0.98, "lenet": 0.99}
+
+
+def time_to_accuracy(arch: str, device: str = "auto", data_root: str | None = None,
+                     overrides: tuple[str, ...] = ()) -> dict:
+    target = TARGETS[arch]
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        cfg = load_config(arch, [f"device={device}", f"run_dir={run_dir}", "train.twin=false", "train.eval_every=1",
+                                 "train.progress=false", f"train.stop_at_accuracy={target}", "train.test_samples=10",
+                                 *([f"data.root={data_root}"] if data_root else []), *overrides])
+        history = train(cfg)["bayes"]["history"]
+        wall = time.perf_counter() - start
+    done = history[-1]
+    return {"target": target, "reached": done.get("val/accuracy", 0) >= target, "epochs": done["epoch"],
+            "val_accuracy": done.get("val/accuracy"), "training_s": sum(h["seconds"] for h in history),
+            "wall_s": wall}
+
+
+def main(argv=None) -> int:
+    parser = cli.command_parser(None, __doc__)
+    parser.add_argument("--archs", nargs="+", default=list(TARGETS), choices=list(TARGETS))
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    parser.add_argument("--data-root", default=None, help="the MNIST folder (default $BNN_ZOO_DATA, then ./data)")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        results = {arch: time_to_accuracy(arch, args.device, args.data_root, tuple(args.override))
+                   for arch in args.archs}
+        for arch, r in results.items():
+            print(f"time to {100 * r['target']:.0f}% validation accuracy, {arch}: "
+                  f"{'reached' if r['reached'] else 'NOT reached'} after {r['epochs']} epochs "
+                  f"({100 * r['val_accuracy']:.2f}%), {r['training_s']:.1f} s training, {r['wall_s']:.1f} s wall")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=2)
+        return 0
+
+    return cli.run(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

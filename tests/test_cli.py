@@ -1,0 +1,40 @@
+import subprocess
+import sys
+
+import pytest
+
+from bnn_zoo import cli
+from bnn_zoo.errors import CheckpointError, ConfigError, DataError
+
+
+@pytest.mark.parametrize("error", [ConfigError("bad config key 'x'"), DataError("MNIST not found"),
+                                   CheckpointError("no checkpoint"), ValueError("quantile must lie in [0, 1]"),
+                                   FileNotFoundError("no such file")])
+def test_a_user_s_mistake_is_one_line_and_exit_code_2(error, capsys):
+    def command():
+        raise error
+
+    assert cli.run(command) == 2
+    assert capsys.readouterr().err == f"error: {error}\n"
+
+
+def test_a_bug_is_not_dressed_up_as_a_user_s_mistake():
+    def command():
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        cli.run(command)
+
+
+SHARED = "--samples SAMPLES     posterior samples per input (default 100)"
+
+
+@pytest.mark.parametrize("command", [["-m", "bnn_zoo.evaluate"], ["-m", "bnn_zoo.predict"],
+                                     ["scripts/reject_notmnist.py"], ["scripts/prune.py"]])
+def test_every_command_line_shares_the_same_options(command):
+    done = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    help_text = " ".join(done.stdout.split())
+    for option in (SHARED, "--seed SEED seed for the posterior draws (default 0)",
+                   "--quantile QUANTILE quantile of each class's sampled probability"):
+        assert " ".join(option.split()) in help_text, (command, option)
