@@ -90,10 +90,11 @@ def train(cfg: DictConfig) -> dict:
         metrics["twin"] = train_twin(cfg, splits, device, run_dir, log)
     if cfg.infer == "nuts":
         metrics["hmc"] = run_hmc(cfg, splits, run_dir, log)
+    if cfg.data.name in TOY_FUNCTIONS:
+        metrics["epistemic_sd_within_data"] = spread = plot_toy(cfg, splits, run_dir, device)
+        log(f"largest epistemic sd inside the training x range: {_figures(spread)}")
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plots.training_curve(metrics, run_dir / "training.png")
-    if cfg.data.name in TOY_FUNCTIONS:
-        plot_toy(cfg, splits, run_dir, device)
     return metrics
 
 
@@ -210,9 +211,10 @@ def _line(label: str, record: dict) -> str:
 
 
 @torch.no_grad()
-def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> None:
+def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> dict[str, float]:
     """The toy run's predictive, epistemic and aleatoric bands (mean-field VI, and HMC when the run
-    drew it), over ranges well beyond the data."""
+    drew it), over ranges well beyond the data. Returns each posterior's largest epistemic sd
+    between the smallest and largest training x: the doubt between the data clusters."""
     trained = load(run_dir, device)
     posteriors = {f"{cfg.model.guide} VI": (trained.guide, cfg.train.test_samples)}
     if trained.samples is not None:
@@ -225,6 +227,9 @@ def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> None:
         panels.append((grid[:, 0], samples, twin, TOY_FUNCTIONS[cfg.data.name](grid[:, 0])))
     plots.toy_predictive(panels, splits.train.x.squeeze(-1), splits.train.y, run_dir / "predictive.png",
                          f"{cfg.arch} on {cfg.data.name} ({cfg.model.noise} noise)")
+    grid, samples = panels[0][:2]
+    inside = (grid >= splits.train.x.min()) & (grid <= splits.train.x.max())
+    return {label: float(plots.variance_parts(s)["epistemic"][inside].max()) for label, s in samples.items()}
 
 
 def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:

@@ -154,6 +154,12 @@ def test_nuts_run_saves_samples_that_reload(tmp_path):
     assert predict(trained.model, trained.samples, x, None).shape == (12, 6, 2)
     stored = torch.load(tmp_path / HMC_SAMPLES, weights_only=True)
     assert stored["diagnostics"] == {k: v for k, v in hmc.items() if not k.startswith("test/")}
+    # the logged doubt between the data: the HMC samples' largest sd of the mean over the data's range
+    grid = torch.linspace(-5, 5, 801).unsqueeze(-1)
+    inside = (grid[:, 0] >= x.min()) & (grid[:, 0] <= x.max())
+    hmc_sd = predict(trained.model, trained.samples, grid, None)[..., 0].std(0)[inside].max()
+    assert metrics["epistemic_sd_within_data"]["HMC (NUTS)"] == pytest.approx(float(hmc_sd), rel=1e-4)
+    assert set(metrics["epistemic_sd_within_data"]) == {"meanfield VI", "HMC (NUTS)"}
 
 
 def test_infer_must_be_svi_or_nuts():
