@@ -1,22 +1,30 @@
-"""Saying "I don't know": a quantile-threshold rule on sampled class probabilities.
+"""Saying "I don't know": the seed's quantile-threshold rule and an epistemic gate on sampled
+class probabilities.
 
 Works on any tensor of sampled probabilities ``[S, N, C]`` (``bnn_zoo.predict``'s output, a
-Pyro ``Predictive`` turned into probabilities, or a deterministic softmax with S = 1).
+Pyro ``Predictive`` turned into probabilities, or a deterministic softmax with S = 1). A class is
+accepted when the ``quantile`` (over the S samples) of its probability reaches ``threshold``; with
+a ``signal`` (mutual information or predictive entropy, in bits) the input is also refused when
+that signal exceeds ``cut``. ``bnn_zoo.calibration`` chooses the threshold and the cut on
+validation data with a guarantee on the error rate among accepted inputs.
 
 Usage::
 
-    decision = abstain(probs)                  # median of the samples >= 0.2
+    decision = abstain(probs)                  # the seed's rule: median of the samples >= 0.2
     decision.refused.float().mean()            # fraction answered "I don't know"
-    decision = abstain(probs, quantile=0.1, threshold=0.5)
+    rule = Rule(threshold=0.3, signal="mutual_information", cut=0.05)
+    decision = rule(probs)
+    decision.refused_by_gate, decision.refused_by_quantile
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 LOG2 = math.log(2.0)
+SIGNALS = ("mutual_information", "entropy")
 
 
 @dataclass
@@ -26,16 +34,22 @@ class Decision:
     quantile_probs: torch.Tensor  # [N, C]: the chosen quantile of each class's sampled probability
     accepted: torch.Tensor  # [N, C] bool: classes whose quantile probability reaches the threshold
     mean_probs: torch.Tensor  # [N, C]
+    refused_by_gate: torch.Tensor  # [N] bool: the epistemic signal exceeded its cut
 
     @property
-    def refused(self) -> torch.Tensor:
-        """[N] bool: no class accepted, "I don't know"."""
+    def refused_by_quantile(self) -> torch.Tensor:
+        """[N] bool: no class's quantile probability reached the threshold."""
         return ~self.accepted.any(1)
 
     @property
+    def refused(self) -> torch.Tensor:
+        """[N] bool: "I don't know", from either signal."""
+        return self.refused_by_quantile | self.refused_by_gate
+
+    @property
     def multiple(self) -> torch.Tensor:
-        """[N] bool: a set-valued answer (more than one class accepted)."""
-        return self.accepted.sum(1) > 1
+        """[N] bool: a set-valued answer (more than one class accepted, not refused)."""
+        return (self.accepted.sum(1) > 1) & ~self.refused
 
     @property
     def prediction(self) -> torch.Tensor:
@@ -48,21 +62,65 @@ class Decision:
         """[N]: argmax of the mean probability, an answer for every input (for comparison)."""
         return self.mean_probs.argmax(1)
 
+    def reasons(self, i: int) -> list[str]:
+        """Which signals refused input ``i``: ``[]`` when it was answered."""
+        return [name for name, hit in (("quantile", self.refused_by_quantile[i]),
+                                       ("gate", self.refused_by_gate[i])) if hit]
+
 
 def _check(probs: torch.Tensor) -> None:
     if probs.dim() != 3:
         raise ValueError(f"expected sampled probabilities [S, N, C], got shape {tuple(probs.shape)}; "
                          "for one deterministic softmax [N, C] pass probs.unsqueeze(0)")
+    if probs.numel() and not (torch.isfinite(probs).all() and (probs >= 0).all()
+                              and torch.allclose(probs.sum(-1), probs.new_ones(()), atol=1e-3)):
+        raise ValueError("expected probabilities (finite, non-negative, each row summing to 1); "
+                         "for logits pass logits.softmax(-1)")
 
 
-def abstain(probs: torch.Tensor, quantile: float = 0.5, threshold: float = 0.2) -> Decision:
+def abstain(probs: torch.Tensor, quantile: float = 0.5, threshold: float = 0.2, signal: str | None = None,
+            cut: float = math.inf) -> Decision:
     """Accept each class whose ``quantile`` (over the S samples) of its probability is at least
-    ``threshold``; inputs with no accepted class are refused."""
+    ``threshold``; refuse inputs with no accepted class, and, with a ``signal``, inputs whose
+    uncertainty (bits) exceeds ``cut``."""
     _check(probs)
-    if not 0.0 <= quantile <= 1.0:
-        raise ValueError(f"quantile must lie in [0, 1], got {quantile}")
+    Rule(quantile, threshold, signal, cut)  # checks the values
     q = torch.quantile(probs.float(), quantile, dim=0)
-    return Decision(q, q >= threshold, probs.mean(0))
+    gated = (uncertainty(probs, quantile)[signal] > cut if signal is not None
+             else torch.zeros(q.shape[0], dtype=torch.bool, device=q.device))
+    return Decision(q, q >= threshold, probs.mean(0), gated)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An abstention rule's settings; calling it on sampled probabilities gives its Decision.
+    ``Rule()`` is the seed's quantile rule (median >= 0.2, no gate)."""
+
+    quantile: float = 0.5
+    threshold: float = 0.2
+    signal: str | None = None  # "mutual_information", "entropy", or None: no epistemic gate
+    cut: float = math.inf  # refuse when the signal exceeds this many bits
+
+    def __post_init__(self):
+        if not 0.0 <= self.quantile <= 1.0:
+            raise ValueError(f"quantile must lie in [0, 1], got {self.quantile}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must lie in [0, 1], got {self.threshold}")
+        if self.signal is not None and self.signal not in SIGNALS:
+            raise ValueError(f"signal must be one of {', '.join(SIGNALS)} or None, got {self.signal!r}")
+        if math.isnan(self.cut) or self.cut < 0:
+            raise ValueError(f"cut must be a number of bits >= 0 (inf: no gate), got {self.cut}")
+
+    def __call__(self, probs: torch.Tensor) -> Decision:
+        return abstain(probs, self.quantile, self.threshold, self.signal, self.cut)
+
+    def to_dict(self) -> dict:
+        """Plain values for JSON (an infinite cut as None)."""
+        return {**asdict(self), "cut": None if math.isinf(self.cut) else self.cut}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Rule":
+        return cls(d["quantile"], d["threshold"], d["signal"], math.inf if d["cut"] is None else d["cut"])
 
 
 def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
@@ -97,26 +155,3 @@ def risk_coverage(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0
     errors = (predicted != labels.to(q.device))[order].float()
     accepted = torch.arange(1, len(score) + 1, device=q.device)
     return score[order], accepted / len(score), errors.cumsum(0) / accepted
-
-
-def calibrate_threshold(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5,
-                        coverage: float | None = None, risk: float | None = None) -> float:
-    """The threshold that reaches a target ``coverage`` (fraction accepted) or a target ``risk``
-    (error rate among accepted) on held-out data, the validation split, never the test set.
-
-    For ``risk`` it is the lowest threshold (most inputs accepted) whose risk is within target.
-    """
-    if (coverage is None) == (risk is None):
-        raise ValueError("give exactly one of coverage= or risk=")
-    thresholds, covered, running_risk = risk_coverage(probs, labels, quantile)
-    if coverage is not None:
-        if not 0.0 < coverage <= 1.0:
-            raise ValueError(f"coverage must lie in (0, 1], got {coverage}")
-        return float(thresholds[max(1, math.ceil(coverage * len(thresholds))) - 1])
-    # Only cut between distinct scores: equal scores are accepted or refused together.
-    last_of_tie = torch.ones_like(thresholds, dtype=torch.bool)
-    last_of_tie[:-1] = thresholds[:-1] != thresholds[1:]
-    ok = ((running_risk <= risk) & last_of_tie).nonzero()
-    if len(ok) == 0:
-        return float(thresholds[0]) + 1e-6  # nothing can be accepted at that risk
-    return float(thresholds[ok[-1, 0]])

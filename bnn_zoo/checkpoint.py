@@ -5,8 +5,9 @@ Usage: ``trained = load("runs/lenet"); trained.model, trained.guide, trained.twi
 """
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -15,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from .abstention import Rule
 from .bnn import BayesianNet
 from .config import make_config
 from .errors import CheckpointError
@@ -25,6 +27,8 @@ from .zoo import architecture, build, make_twin
 CHECKPOINT = "checkpoint.pt"
 TWIN_CHECKPOINT = "twin.pt"
 HMC_SAMPLES = "hmc.pt"
+CALIBRATION = "calibration.json"  # the certified abstention rules (bnn_zoo.calibrate)
+SHIPPED = Path(__file__).resolve().parent / "posteriors"  # trained posteriors inside the package
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # Checkpoints without a format are 1 (up to commit 766a886) and are upgraded when loaded.
 FORMAT = 2
@@ -112,6 +116,10 @@ class Trained:
     twin: Optional[Twin] = None  # the deterministic twin, when the run trained one
     epoch: int = 0
     samples: Optional[dict] = None  # HMC weight samples {site: [S, *shape]}, when infer=nuts
+    # The abstention rule of each model ("bayes", "twin"): certified on validation when the run
+    # holds calibration.json, else the seed's quantile rule, Rule().
+    rules: dict = field(default_factory=lambda: {"bayes": Rule(), "twin": Rule()})
+    calibration: dict = field(default_factory=dict)  # calibration.json's content
 
     @property
     def device(self) -> torch.device:
@@ -128,22 +136,75 @@ def _load_state(module: nn.Module, state: dict, path: Path) -> None:
                               "bnn-zoo; train the run again") from None
 
 
+def shipped_names() -> list[str]:
+    """The trained posteriors that ship inside the package (``load(name)`` takes them)."""
+    return sorted(p.stem for p in SHIPPED.glob("*.pt") if not p.stem.endswith("_twin"))
+
+
+def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
+    """Write a run's posterior (config, guide means and scales in ``dtype``, prior buffers,
+    calibration) to ``folder/NAME.pt`` and its twin to ``folder/NAME_twin.pt`` (folder: the
+    package's posteriors); returns the paths."""
+    run_dir, folder = Path(run_dir), Path(folder or SHIPPED)
+    state = read(run_dir / CHECKPOINT)
+    small = lambda d: {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    written = [folder / f"{name}.pt"]
+    save_atomic({"config": state["config"], "epoch": state["epoch"], "num_data": state["num_data"],
+                 "model": state["model"], "guide": small(state["guide"]),
+                 "calibration": read_calibration(run_dir / CALIBRATION)}, written[0])
+    if (run_dir / TWIN_CHECKPOINT).is_file():
+        written.append(folder / f"{name}_twin.pt")
+        save_atomic({"net": small(read(run_dir / TWIN_CHECKPOINT)["net"])}, written[1])
+    return written
+
+
 def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
-    """Rebuild a trained run's model, guide, deterministic twin and HMC samples from its files."""
+    """Rebuild a trained run's model, guide, deterministic twin, HMC samples and abstention rules
+    from its files; or, given the name of a shipped posterior (``shipped_names()``), that one."""
+    if not Path(run_dir).exists() and str(run_dir) in shipped_names():
+        state = read(SHIPPED / f"{run_dir}.pt", device)
+        twin = SHIPPED / f"{run_dir}_twin.pt"
+        return _assemble(state, SHIPPED / f"{run_dir}.pt", twin, device, None, state["calibration"])
     run_dir = Path(run_dir)
-    state = read(run_dir / CHECKPOINT, device)
+    samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
+    return _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT,
+                     device, samples, read_calibration(run_dir / CALIBRATION))
+
+
+def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibration: dict) -> Trained:
+    """A Trained from a checkpoint's state (half-precision tensors of a shipped one made float)."""
+    full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     cfg = make_config(state["config"])
     model, guide = build_from_config(cfg, state.get("num_data"), device)
-    _load_state(model, state["model"], run_dir / CHECKPOINT)
-    _load_state(guide, state["guide"], run_dir / CHECKPOINT)
+    _load_state(model, state["model"], path)
+    _load_state(guide, full(state["guide"]), path)
     model.eval(), guide.eval()
     twin = None
-    if (run_dir / TWIN_CHECKPOINT).is_file():
+    if twin_path.is_file():
         twin = twin_from_config(cfg, device)
-        _load_state(twin, read(run_dir / TWIN_CHECKPOINT, device)["net"], run_dir / TWIN_CHECKPOINT)
+        _load_state(twin, full(read(twin_path, device)["net"]), twin_path)
         twin.eval()
-    samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
-    return Trained(model, guide, cfg, twin, state["epoch"], samples)
+    return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), calibration)
+
+
+def _rules(calibration: dict) -> dict[str, Rule]:
+    return {part: Rule.from_dict(calibration[part]["rule"]) if "rule" in calibration.get(part, {}) else Rule()
+            for part in ("bayes", "twin")}
+
+
+def read_calibration(path: Path) -> dict:
+    """calibration.json's content, {} when there is none."""
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text())
+        for part in found.values():
+            if "rule" in part:
+                Rule.from_dict(part["rule"])
+        return found
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); delete it or "
+                              "write it again: python -m bnn_zoo.calibrate RUN_DIR") from None
 
 
 def config_dict(cfg: DictConfig) -> dict:

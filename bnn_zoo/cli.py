@@ -32,12 +32,18 @@ def add_sampling_options(parser: argparse.ArgumentParser, samples: int = 100) ->
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
 
 
-def add_rule_options(parser: argparse.ArgumentParser) -> None:
-    """The abstention rule's knobs (see bnn_zoo.abstention)."""
+def add_rule_options(parser: argparse.ArgumentParser, calibrated: bool = True) -> None:
+    """Which abstention rule (with ``calibrated``), and the quantile rule's knobs (see
+    bnn_zoo.abstention)."""
+    if calibrated:
+        parser.add_argument("--rule", choices=["calibrated", "quantile"], default="calibrated",
+                            help="calibrated: the run's certified rule (calibration.json; the quantile "
+                                 "rule where it has none); quantile: the seed's rule with --quantile, "
+                                 "--threshold")
     parser.add_argument("--quantile", type=float, default=0.5,
-                        help="quantile of each class's sampled probability (default 0.5, the median)")
+                        help="quantile rule: quantile of each class's sampled probability (default 0.5, the median)")
     parser.add_argument("--threshold", type=float, default=0.2,
-                        help="accept the classes whose quantile probability reaches this (default 0.2)")
+                        help="quantile rule: accept the classes whose quantile probability reaches this (default 0.2)")
 
 
 def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> None:

@@ -13,6 +13,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .abstention import SIGNALS
 from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
@@ -105,6 +106,23 @@ class MCMCConfig:
 
 
 @dataclass
+class AbstentionConfig:
+    # After training a classifier, certify the abstention rule on the validation split
+    # (bnn_zoo.calibration, written to calibration.json and used by predict, evaluate and the
+    # scripts): with probability at least 1 - delta, at most `risk` errors among accepted inputs;
+    # the epistemic gate is the strictest that refuses at most max_refusal of validation.
+    calibrate: bool = True
+    risk: float = 0.01
+    delta: float = 0.05
+    max_refusal: float = 0.02
+    # The Bayesian network's gate: mutual_information or entropy (bits). The twin's is entropy
+    # (a single softmax has no mutual information).
+    signal: str = "mutual_information"
+    quantile: float = 0.5
+    samples: int = 100  # posterior samples per validation input
+
+
+@dataclass
 class Config:
     arch: str = "toy_mlp"
     # svi: variational inference (the guide of model.guide). nuts: also draw an HMC posterior (NUTS,
@@ -118,6 +136,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mcmc: MCMCConfig = field(default_factory=MCMCConfig)
+    abstention: AbstentionConfig = field(default_factory=AbstentionConfig)
 
 
 def config_path(name: str) -> Path:
@@ -223,6 +242,16 @@ def _check(cfg: DictConfig) -> None:
     if cfg.data.val_size < 0 or cfg.mcmc.warmup_steps < 0:
         key = "data.val_size" if cfg.data.val_size < 0 else "mcmc.warmup_steps"
         raise ConfigError(f"bad config key {key!r}: must be >= 0, got {OmegaConf.select(cfg, key)}")
+    a = cfg.abstention
+    for key, value, low in (("risk", a.risk, 0), ("delta", a.delta, 0), ("max_refusal", a.max_refusal, -1e-12),
+                            ("quantile", a.quantile, -1e-12)):
+        if not low < value < 1 + (key in ("max_refusal", "quantile")):
+            raise ConfigError(f"bad config key 'abstention.{key}': must lie in "
+                              f"{'(0, 1)' if low == 0 else '[0, 1]'}, got {value}")
+    if a.signal not in SIGNALS:
+        raise ConfigError(f"bad config key 'abstention.signal': choose {' or '.join(SIGNALS)}, not {a.signal!r}")
+    if not a.samples > 0:
+        raise ConfigError(f"bad config key 'abstention.samples': must be positive, got {a.samples}")
     if not 0 < cfg.mcmc.target_accept < 1:
         raise ConfigError(f"bad config key 'mcmc.target_accept': must lie strictly between 0 and 1, "
                           f"got {cfg.mcmc.target_accept}")

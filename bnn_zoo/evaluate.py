@@ -2,11 +2,12 @@
 well the uncertainty tells out-of-distribution sets (notMNIST, white noise, FashionMNIST) from it,
 for the Bayesian network and its deterministic twin.
 
-Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--coverage 0.97]
+Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--rule quantile --threshold 0.3]
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -14,32 +15,23 @@ import pyro
 import torch
 
 from . import cli
-from .abstention import abstain, calibrate_threshold, uncertainty
+from .abstention import Rule, risk_coverage, uncertainty
 from .checkpoint import Trained, load
 from .config import pick_device
-from .data import load_notmnist, load_torchvision, normalize, validation_split, white_noise
+from .data import load_torchvision, normalize
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
-from .predict import predict
+from .ood import OOD_SETS, ood_images
+from .predict import sampled_probs
 
-OOD_SETS = ("notmnist", "noise", "fashion_mnist")
-
-
-def ood_images(name: str, root: str | None, size: int, seed: int = 0) -> torch.Tensor:
-    """An out-of-distribution set as uint8 images [n, 28, 28] (at most ``size``)."""
-    if name == "notmnist":
-        return load_notmnist(root)[:size]
-    if name == "noise":
-        return white_noise(size, seed)
-    if name == "fashion_mnist":
-        return load_torchvision("fashion_mnist", root, train=False, download=False)[0][:size]
-    raise ValueError(f"unknown out-of-distribution set {name!r}; choose from {', '.join(OOD_SETS)}")
+DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
 
-def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float, threshold: float) -> dict:
-    """Forced accuracy, NLL (nats), ECE, refusals and accuracy on the accepted inputs."""
-    decision = abstain(probs, quantile, threshold)
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule) -> dict:
+    """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone), accuracy on the
+    accepted inputs, set-valued answers."""
+    decision = rule(probs)
     labels = labels.to(probs.device)
     accepted = ~decision.refused
     correct = decision.prediction == labels
@@ -47,16 +39,27 @@ def in_distribution(probs: torch.Tensor, labels: torch.Tensor, quantile: float, 
         **Categorical().metrics(probs, labels),  # forced accuracy and NLL of the mean
         "ece": expected_calibration_error(decision.mean_probs, labels),
         "refused": decision.refused.float().mean().item(),
+        "refused_by_gate": decision.refused_by_gate.float().mean().item(),
         "accuracy_accepted": correct[accepted].float().mean().item() if accepted.any() else float("nan"),
         "multiple": decision.multiple.float().mean().item(),
+        **selective_risks(probs, labels, rule.quantile),
     }
 
 
-def ood_rows(name: str, in_probs: torch.Tensor, ood_probs: torch.Tensor, quantile: float,
-             threshold: float) -> dict:
-    """Refusals, mean entropy, and detection figures for one OOD set against the test set."""
-    in_u, ood_u = uncertainty(in_probs, quantile), uncertainty(ood_probs, quantile)
-    rows = {f"ood/refused_{name}": abstain(ood_probs, quantile, threshold).refused.float().mean().item(),
+def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5) -> dict:
+    """Accepting inputs in order of their top quantile probability: the area under the
+    risk-coverage curve (AURC) and the error rate among accepted inputs at 95% and 99% coverage."""
+    _, coverage, risk = risk_coverage(probs, labels, quantile)
+    at = {c: float(risk[max(0, math.ceil(c * len(risk)) - 1)]) for c in (0.95, 0.99)}
+    return {"aurc": risk.mean().item(), "risk_at_95": at[0.95], "risk_at_99": at[0.99]}
+
+
+def ood_rows(name: str, in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> dict:
+    """Refusals (under ``rule`` and under the seed's quantile rule), mean entropy, and detection
+    figures by entropy and mutual information, for one OOD set against the test set."""
+    in_u, ood_u = uncertainty(in_probs, rule.quantile), uncertainty(ood_probs, rule.quantile)
+    rows = {f"ood/refused_{name}": rule(ood_probs).refused.float().mean().item(),
+            f"ood/refused_quantile_rule_{name}": Rule()(ood_probs).refused.float().mean().item(),
             f"ood/entropy_{name}": ood_u["entropy"].mean().item()}
     scores = {"": "entropy"}
     if in_probs.shape[0] > 1:  # mutual information is zero for a single deterministic softmax
@@ -65,15 +68,6 @@ def ood_rows(name: str, in_probs: torch.Tensor, ood_probs: torch.Tensor, quantil
         for metric, value in detection(in_u[key], ood_u[key]).items():
             rows[f"ood/{metric}{suffix}_{name}"] = value
     return rows
-
-
-def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:
-    """Sampled probabilities [S, N, C] of the BNN, and [1, N, C] of the twin when there is one."""
-    out = {"bayes": predict(trained.model, trained.guide, x, num_samples)}
-    if trained.twin is not None:
-        with torch.no_grad():
-            out["twin"] = torch.cat([trained.twin(xb) for xb in x.split(1000)])[None]
-    return out
 
 
 def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None, test_size: int | None,
@@ -90,48 +84,43 @@ def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
     return trained, root, images[:test_size], labels[:test_size]
 
 
-def calibrated_thresholds(trained: Trained, root: str | None, num_samples: int, quantile: float,
-                          coverage: float) -> dict[str, float]:
-    """Per model, the threshold that accepts ``coverage`` of the run's validation split."""
-    cfg = trained.config
-    if not cfg.data.val_size:
-        raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
-    images, labels = load_torchvision(cfg.data.name, root, train=True, download=cfg.data.download)
-    _, val = validation_split(len(images), cfg.data.val_size)
-    x = normalize(images[val]).to(trained.device)
-    return {part: calibrate_threshold(probs, labels[val].to(probs.device), quantile, coverage=coverage)
-            for part, probs in sampled_probs(trained, x, num_samples).items()}
+def rules_for(trained: Trained, rule: str = "calibrated", quantile: float = 0.5,
+              threshold: float = 0.2) -> dict[str, Rule]:
+    """Each model's rule: the run's certified one (``calibrated``; the seed's rule where the run
+    holds none) or the quantile rule with the given knobs (``quantile``)."""
+    if rule == "calibrated":
+        return trained.rules
+    if rule == "quantile":
+        return {"bayes": Rule(quantile, threshold), "twin": Rule(quantile, threshold)}
+    raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
 
 
 @pyro.settings.context(module_local_params=True)
-def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, quantile: float = 0.5,
-                 threshold: float = 0.2, ood: tuple[str, ...] = OOD_SETS, ood_size: int = 10000,
-                 test_size: int | None = None, data_root: str | None = None, device: str = "auto",
-                 coverage: float | None = None) -> dict:
-    """Every figure of ``eval.json``, for the BNN and the deterministic twin.
-
-    With ``coverage``, each model's threshold is calibrated on the run's validation split to
-    accept that fraction of it, instead of the fixed ``threshold``.
-    """
+def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rule: str = "calibrated",
+                 quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
+                 ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
+                 device: str = "auto") -> dict:
+    """Every figure of ``eval.json``, for the BNN and the deterministic twin, under each model's
+    rule (see ``rules_for``). ``ood_size``: images per OOD set, or a size per set's name."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    rules = rules_for(trained, rule, quantile, threshold)
+    ood = DEFAULT_OOD[trained.config.data.name] if ood is None else ood
     in_probs = sampled_probs(trained, normalize(images).to(trained.device), num_samples)
-    thresholds = (calibrated_thresholds(trained, root, num_samples, quantile, coverage) if coverage
-                  else dict.fromkeys(in_probs, threshold))
-    results = {part: {"threshold": thresholds[part],
-                      **{f"test/{k}": v for k, v in in_distribution(p, labels, quantile, thresholds[part]).items()}}
+    results = {part: {**{f"rule/{k}": v for k, v in rules[part].to_dict().items()},
+                      **{f"test/{k}": v for k, v in in_distribution(p, labels, rules[part]).items()}}
                for part, p in in_probs.items()}
     skipped = {}
     for name in ood:
         try:
-            x = normalize(ood_images(name, root, ood_size, seed)).to(trained.device)
+            size = ood_size[name] if isinstance(ood_size, dict) else ood_size
+            x = normalize(ood_images(name, root, size, seed)).to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
             print(f"skipping {name}: {err}", file=sys.stderr)
             continue
         for part, probs in sampled_probs(trained, x, num_samples).items():
-            results[part].update(ood_rows(name, in_probs[part], probs, quantile, thresholds[part]))
-    return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed, "quantile": quantile,
-            "threshold": "calibrated" if coverage else threshold, "coverage": coverage,
+            results[part].update(ood_rows(name, in_probs[part], probs, rules[part]))
+    return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed, "rule": rule,
             "test_size": len(labels), "skipped": skipped, **results}
 
 
@@ -143,7 +132,7 @@ def table(results: dict) -> str:
     lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in parts)]
     for key in keys:
         cells = [results[p].get(key) for p in parts]
-        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>9.4f}" if c is not None else f"{'n/a':>9}"
+        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>9.4f}" if isinstance(c, float) else f"{'n/a' if c is None else str(c):>9}"
                                                       for c in cells))
     return "\n".join(lines)
 
@@ -154,17 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_sampling_options(parser)
     cli.add_rule_options(parser)
     cli.add_data_options(parser)
-    parser.add_argument("--coverage", type=float, default=None,
-                        help="calibrate each model's threshold to accept this fraction of the run's "
-                             "validation split (instead of --threshold)")
     parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json)")
-    parser.add_argument("--ood", nargs="*", default=list(OOD_SETS), choices=OOD_SETS)
+    parser.add_argument("--ood", nargs="*", default=None, choices=OOD_SETS,
+                        help="OOD sets (default: notmnist noise fashion_mnist; for a FashionMNIST run "
+                             "mnist notmnist noise)")
     args = parser.parse_args(argv)
 
     def command() -> int:
-        results = evaluate_run(args.run_dir, args.samples, args.seed, args.quantile, args.threshold,
-                               tuple(args.ood), args.ood_size, args.test_size, args.data_root, args.device,
-                               args.coverage)
+        results = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
+                               args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root, args.device)
         Path(args.output or Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
         print(table(results))
         return 0

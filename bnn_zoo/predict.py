@@ -18,9 +18,9 @@ import pyro.poutine as poutine
 import torch
 
 from . import cli
-from .abstention import abstain
+from .abstention import SIGNALS, Rule, uncertainty
 from .bnn import BayesianNet
-from .checkpoint import load
+from .checkpoint import Trained, load
 from .config import pick_device
 from .data import normalize
 from .images import load_image
@@ -88,6 +88,15 @@ def predict(model: BayesianNet, posterior: Posterior, x: torch.Tensor, num_sampl
         model.train(was_training)
 
 
+def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:
+    """Sampled probabilities [S, N, C] of the BNN, and [1, N, C] of the twin when there is one."""
+    out = {"bayes": predict(trained.model, trained.guide, x, num_samples)}
+    if trained.twin is not None:
+        with torch.no_grad():
+            out["twin"] = torch.cat([trained.twin(xb) for xb in x.split(1000)])[None]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Classify images with a trained run, or say "I don't know"."""
     parser = cli.command_parser("python -m bnn_zoo.predict", main.__doc__)
@@ -118,19 +127,31 @@ def _answer(args) -> int:
     if good:
         pyro.set_rng_seed(args.seed)
         x = normalize(torch.stack(pixels)).to(trained.device)
-        decision = abstain(predict(trained.model, trained.guide, x, args.samples), args.quantile, args.threshold)
+        rule = trained.rules["bayes"] if args.rule == "calibrated" else Rule(args.quantile, args.threshold)
+        probs = predict(trained.model, trained.guide, x, args.samples)
+        decision, scores = rule(probs), uncertainty(probs, rule.quantile)
         for i, answer in enumerate(good):
             q = decision.quantile_probs[i]
             classes = sorted(decision.accepted[i].nonzero()[:, 0].tolist(), key=lambda c: -float(q[c]))
             answer["accepted"] = {int(c): round(float(q[c]), 4) for c in classes}
             answer["answer"] = None if decision.refused[i] else int(decision.prediction[i])
+            answer["refused_by"] = [rule.signal if r == "gate" else r for r in decision.reasons(i)]
+            answer["uncertainty"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
+        rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
+            f"rule: {rule.quantile} quantile >= {rule.threshold}"
+        if rule.signal:
+            rule_text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
     if args.json:
         print(json.dumps(answers, indent=2))
+    elif good:
+        certified = args.rule == "quantile" or "rule" in trained.calibration.get("bayes", {})
+        print(rule_text + ("" if certified else " (the seed's rule: this run has no certified rule; "
+                                                "python -m bnn_zoo.calibrate RUN_DIR writes one)"))
     for a in answers if not args.json else []:
         if "error" in a:
             print(f"{a['file']}: error: {a['error']}")
         elif a["answer"] is None:
-            print(f"{a['file']}: I don't know")
+            print(f"{a['file']}: I don't know (refused by {' and '.join(a['refused_by'])})")
         else:
             print(f"{a['file']}: " + ", ".join(f"{c} ({p:.2f})" for c, p in a["accepted"].items()))
     return 1 if any("error" in a for a in answers) else 0

@@ -14,7 +14,9 @@ import torch
 from . import cli, plots
 from .abstention import abstain, risk_coverage
 from .data import normalize
-from .evaluate import in_distribution, load_for_evaluation, ood_images, sampled_probs
+from .evaluate import in_distribution, load_for_evaluation, rules_for
+from .ood import ood_images
+from .predict import sampled_probs
 from .metrics import reliability_bins
 
 LABELS = {"bayes": "Bayesian", "twin": "deterministic"}
@@ -29,11 +31,13 @@ def refusal_curve(probs: torch.Tensor, quantile: float, thresholds: torch.Tensor
 
 @pyro.settings.context(module_local_params=True)
 def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None = None,
-                     num_samples: int = 100, quantile: float = 0.5, threshold: float = 0.2,
+                     num_samples: int = 100, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2,
                      test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> dict:
-    """Refusals on MNIST test and an OOD set for a trained run; writes JSON and plots to out_dir."""
+    """Refusals on MNIST test and an OOD set for a trained run, each model under its rule (see
+    ``evaluate.rules_for``); writes JSON and plots to out_dir."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    rules = rules_for(trained, rule, quantile, threshold)
     device = trained.device
     labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
@@ -44,20 +48,22 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
 
     rows = {}
     for part in in_probs:
-        mnist = in_distribution(in_probs[part], labels, quantile, threshold)
+        mnist = in_distribution(in_probs[part], labels, rules[part])
         rows[part] = {"refused_mnist": mnist["refused"], "accuracy_accepted_mnist": mnist["accuracy_accepted"],
                       "forced_accuracy_mnist": mnist["accuracy"],
-                      f"refused_{ood}": abstain(ood_probs[part], quantile, threshold).refused.float().mean().item()}
-    result = {"run_dir": str(run_dir), "ood": ood, "num_samples": num_samples, "quantile": quantile,
-              "threshold": threshold, "test_size": len(labels), "ood_size": len(ood_raw), **rows}
+                      f"refused_{ood}": rules[part](ood_probs[part]).refused.float().mean().item(),
+                      "rule": rules[part].to_dict()}
+    result = {"run_dir": str(run_dir), "ood": ood, "num_samples": num_samples, "rule": rule,
+              "test_size": len(labels), "ood_size": len(ood_raw), **rows}
     (out_dir / f"reject_{ood}.json").write_text(json.dumps(result, indent=2))
-    _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, threshold, grid)
+    _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rules["bayes"], grid)
     return result
 
 
-def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, threshold, grid):
+def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid):
     bayes = in_probs["bayes"]
-    decision = abstain(bayes, quantile, threshold)
+    quantile, threshold = rule.quantile, rule.threshold
+    decision = rule(bayes)
     # A grid with refused, wrong and correct MNIST inputs, then OOD inputs.
     picks = [*decision.refused.nonzero()[:2, 0].tolist(),
              *((decision.prediction != labels) & ~decision.refused).nonzero()[:2, 0].tolist()]
@@ -66,8 +72,8 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, 
               ("Correct" if decision.prediction[i] == labels[i] else "Wrong") + f" (label {labels[i]})"
               for i in picks]
     n_ood = max(1, grid - len(picks))
-    ood_decision = abstain(ood_probs["bayes"][:, :n_ood], quantile, threshold)
-    titles += [f"{OOD_TITLES[ood]}: " + ("Refused" if r else f"said {p}")
+    ood_decision = rule(ood_probs["bayes"][:, :n_ood])
+    titles += [f"{OOD_TITLES.get(ood, ood)}: " + ("Refused" if r else f"said {p}")
                for r, p in zip(ood_decision.refused.tolist(), ood_decision.prediction.tolist())]
     plots.sample_histograms(torch.cat([images[picks], ood_raw[:n_ood]]),
                             torch.cat([bayes[:, picks], ood_probs["bayes"][:, :n_ood]], 1),
@@ -78,7 +84,7 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, 
     thresholds = torch.linspace(0, 1, 101)
     curves, risks, reliab = {}, {}, {}
     for part in in_probs:
-        for name, probs in (("MNIST", in_probs), (OOD_TITLES[ood], ood_probs)):
+        for name, probs in (("MNIST", in_probs), (OOD_TITLES.get(ood, ood), ood_probs)):
             curves[f"{name}, {LABELS[part]}"] = (thresholds, refusal_curve(probs[part], quantile, thresholds))
         _, coverage, risk = risk_coverage(in_probs[part], labels, quantile)
         risks[LABELS[part]] = (coverage, risk)
@@ -91,7 +97,7 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, quantile, 
 def table(result: dict, ood: str) -> str:
     parts = [p for p in ("bayes", "twin") if p in result]
     names = {"refused_mnist": "refused on MNIST", "accuracy_accepted_mnist": "accuracy on accepted MNIST",
-             "forced_accuracy_mnist": "forced accuracy (MNIST)", f"refused_{ood}": f"refused on {OOD_TITLES[ood]}"}
+             "forced_accuracy_mnist": "forced accuracy (MNIST)", f"refused_{ood}": f"refused on {OOD_TITLES.get(ood, ood)}"}
     lines = [f"{'':<28}" + "".join(f"{LABELS[p]:>15}" for p in parts)]
     lines += [f"{label:<28}" + "".join(f"{100 * result[p][key]:>14.2f}%" for p in parts)
               for key, label in names.items()]
@@ -110,7 +116,7 @@ def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        result = rejection_report(args.run_dir, ood, args.out, args.samples, args.quantile, args.threshold,
+        result = rejection_report(args.run_dir, ood, args.out, args.samples, args.rule, args.quantile, args.threshold,
                                   args.test_size, args.ood_size, args.grid, args.data_root, args.device,
                                   args.seed)
         print(table(result, ood))

@@ -35,6 +35,7 @@ from .checkpoint import (
     save_twin,
     twin_from_config,
 )
+from .calibrate import calibrate_trained, summary
 from .config import load_config, make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, TOY_PLOT_RANGES, Splits, TensorSet, load_splits
 from .elbo import SplitELBO
@@ -90,6 +91,12 @@ def train(cfg: DictConfig) -> dict:
         metrics["twin"] = train_twin(cfg, splits, device, run_dir, log)
     if cfg.infer == "nuts":
         metrics["hmc"] = run_hmc(cfg, splits, run_dir, log)
+    if cfg.abstention.calibrate and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
+        a = cfg.abstention
+        found = calibrate_trained(load(run_dir, device), run_dir, a.risk, a.delta, a.max_refusal, a.signal,
+                                  a.quantile, a.samples, cfg.seed, cfg.data.root)
+        metrics["calibration"] = found
+        log(summary(found))
     if cfg.data.name in TOY_FUNCTIONS:
         metrics["epistemic_sd_within_data"] = spread = plot_toy(cfg, splits, run_dir, device)
         log(f"largest epistemic sd inside the training x range: {_figures(spread)}")

@@ -11,9 +11,10 @@ from pathlib import Path
 import pyro
 
 from bnn_zoo import cli, plots, predict
-from bnn_zoo.abstention import abstain
+from bnn_zoo.abstention import Rule
 from bnn_zoo.data import normalize
-from bnn_zoo.evaluate import in_distribution, load_for_evaluation, ood_images
+from bnn_zoo.evaluate import in_distribution, load_for_evaluation
+from bnn_zoo.ood import ood_images
 from bnn_zoo.pruning import SCORES, posterior_loc_scale, prune_masks
 
 LEVELS = [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99]
@@ -34,10 +35,10 @@ def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshol
             pyro.set_rng_seed(seed)  # the same posterior draws at every level: only pruning differs
             probs = predict(trained.model, trained.guide, x, num_samples, keep=keep)
             ood = predict(trained.model, trained.guide, letters, num_samples, keep=keep)
-            mnist = in_distribution(probs, labels, quantile, threshold)
+            mnist = in_distribution(probs, labels, Rule(quantile, threshold))
             rows[by].append({"pruned": level, "accuracy": mnist["accuracy"], "nll": mnist["nll"],
                              "refused_mnist": mnist["refused"], "accuracy_accepted": mnist["accuracy_accepted"],
-                             "refused_notmnist": abstain(ood, quantile, threshold).refused.float().mean().item()})
+                             "refused_notmnist": Rule(quantile, threshold)(ood).refused.float().mean().item()})
     result = {"run_dir": str(run_dir), "num_samples": num_samples, "quantile": quantile,
               "threshold": threshold, "test_size": len(labels), "ood_size": len(letters),
               "weights": sum(loc.numel() for loc, _ in posterior_loc_scale(trained.guide).values()), **rows}
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     parser.add_argument("run_dir", help="a trained classifier run (python -m bnn_zoo.train ...)")
     parser.add_argument("--levels", type=float, nargs="+", default=LEVELS, help="fractions to prune")
     cli.add_sampling_options(parser)
-    cli.add_rule_options(parser)
+    cli.add_rule_options(parser, calibrated=False)  # pruning changes the posterior the rule was certified on
     cli.add_data_options(parser)
     parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/prune)")
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from bnn_zoo.abstention import abstain, calibrate_threshold, uncertainty
+from bnn_zoo.abstention import Rule, abstain, uncertainty
 
 
 def samples(*rows):
@@ -52,7 +52,7 @@ def test_bad_shapes_and_quantiles_are_explained():
     with pytest.raises(ValueError, match=r"\[S, N, C\].*unsqueeze\(0\)"):
         abstain(torch.rand(4, 10))
     with pytest.raises(ValueError, match="quantile"):
-        abstain(torch.rand(2, 3, 4), quantile=1.5)
+        abstain(torch.rand(2, 3, 4).softmax(-1), quantile=1.5)
 
 
 def test_entropy_is_maximal_at_uniform():
@@ -73,33 +73,44 @@ def test_disagreeing_samples_have_mutual_information():
     assert uncertainty(disagree)["mutual_information"].item() == pytest.approx(1.0, abs=1e-4)
 
 
-def test_calibration_reaches_its_target_coverage():
-    torch.manual_seed(0)
-    probs = torch.softmax(torch.randn(20, 1000, 10) * 2, -1)
-    labels = torch.randint(0, 10, (1000,))
-    for target in (0.5, 0.8, 0.95):
-        threshold = calibrate_threshold(probs, labels, coverage=target)
-        accepted = int((~abstain(probs, threshold=threshold).refused).sum())
-        assert math.ceil(target * 1000) <= accepted <= math.ceil(target * 1000) + 10
+def test_the_gate_refuses_disagreeing_samples_that_the_quantile_rule_accepts():
+    agree = [[0.9, 0.1], [0.9, 0.1], [0.9, 0.1]]
+    disagree = [[0.99, 0.01], [0.99, 0.01], [0.45, 0.55]]  # median 0.99 for class 0, MI about 0.3 bits
+    probs = torch.cat([samples(*agree), samples(*disagree)], 1)
+    mi = uncertainty(probs)["mutual_information"]
+    assert mi[0].item() == pytest.approx(0, abs=1e-6) and 0.2 < mi[1].item() < 0.4
+    seed_rule = Rule()(probs)
+    assert seed_rule.refused.tolist() == [False, False]
+    gated = Rule(signal="mutual_information", cut=0.1)(probs)
+    assert gated.refused.tolist() == [False, True] and gated.prediction.tolist() == [0, -1]
+    assert gated.refused_by_gate.tolist() == [False, True] and gated.refused_by_quantile.tolist() == [False, False]
+    assert gated.reasons(0) == [] and gated.reasons(1) == ["gate"]
+    assert not gated.multiple.any()
+    by_entropy = Rule(signal="entropy", cut=0.5)(probs)  # entropy of the means: 0.47 and 0.70 bits
+    assert by_entropy.refused.tolist() == [False, True]
 
 
-def test_calibration_reaches_its_target_risk():
-    torch.manual_seed(0)
-    labels = torch.randint(0, 10, (2000,))
-    confidence = torch.rand(2000)
-    # Confident inputs are mostly right, unconfident ones mostly wrong.
-    predicted = torch.where(torch.rand(2000) < confidence, labels, (labels + 1) % 10)
-    probs = torch.full((1, 2000, 10), 0.0)
-    probs[0, torch.arange(2000), predicted] = 0.1 + 0.9 * confidence
-    threshold = calibrate_threshold(probs, labels, risk=0.05)
-    decision = abstain(probs, threshold=threshold)
-    accepted = ~decision.refused
-    risk = (decision.prediction[accepted] != labels[accepted]).float().mean().item()
-    assert risk <= 0.05 and accepted.float().mean() > 0.05
-    # The threshold is the lowest within the risk: accepting the next input breaks it.
-    lower = probs[0].max(1).values[decision.refused].max().item()
-    looser = abstain(probs, threshold=lower)
-    taken = ~looser.refused
-    assert (looser.prediction[taken] != labels[taken]).float().mean().item() > 0.05
-    with pytest.raises(ValueError, match="exactly one"):
-        calibrate_threshold(probs, labels)
+def test_both_signals_can_refuse_one_input():
+    probs = samples([0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.05, 0.05, 0.9])
+    decision = Rule(signal="entropy", cut=1.0)(probs)
+    assert decision.reasons(0) == ["quantile", "gate"]
+
+
+def test_rules_check_their_values_and_round_trip():
+    for bad, message in (({"threshold": 1.5}, "threshold"), ({"signal": "variance"}, "signal"),
+                         ({"cut": -1.0}, "cut"), ({"cut": float("nan")}, "cut")):
+        with pytest.raises(ValueError, match=message):
+            Rule(**bad)
+    for rule in (Rule(), Rule(0.3, 0.4, "entropy", 0.25)):
+        assert Rule.from_dict(rule.to_dict()) == rule
+    assert Rule().to_dict()["cut"] is None  # JSON has no infinity
+
+
+@pytest.mark.parametrize("probs, why", [
+    (torch.randn(3, 2, 4), "logits"),
+    (torch.full((3, 2, 4), 2.5), "probabilities x 10"),
+    (torch.full((3, 2, 4), float("nan")), "NaN"),
+])
+def test_anything_but_probabilities_is_refused(probs, why):
+    with pytest.raises(ValueError, match="softmax"):
+        abstain(probs)

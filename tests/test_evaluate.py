@@ -38,16 +38,31 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert json.loads((tiny_run / "eval.json").read_text())["bayes"] == results["bayes"]  # seeded
 
 
-def test_evaluate_calibrates_the_threshold_on_validation(tiny_run, tmp_path):
-    out = tmp_path / "calibrated.json"
-    assert main([str(tiny_run), "--samples", "4", "--test-size", "300", "--ood", "noise",
-                 "--ood-size", "50", "--coverage", "0.9", "--output", str(out)]) == 0
+def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_path):
+    out = tmp_path / "eval.json"
+    assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "constant",
+                 "--ood-size", "60", "--output", str(out)]) == 0
     results = json.loads(out.read_text())
-    assert results["threshold"] == "calibrated" and results["coverage"] == 0.9
-    for part in ("bayes", "twin"):
-        assert 0 < results[part]["threshold"] < 1
-        # 90% of validation accepted; the test set, drawn alike, lands near that.
-        assert 0.02 < results[part]["test/refused"] < 0.2
+    trained = load(certified_run)
+    rule = trained.rules["bayes"]
+    assert rule.signal == "mutual_information"
+    assert results["bayes"]["rule/cut"] == rule.cut and results["bayes"]["rule/threshold"] == rule.threshold
+    assert results["twin"]["rule/signal"] == "entropy"
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    pyro.set_rng_seed(0)
+    probs = predict(trained.model, trained.guide, normalize(images[:300]), 4)
+    decision = rule(probs)
+    assert results["bayes"]["test/refused"] == pytest.approx(decision.refused.float().mean().item())
+    assert results["bayes"]["test/refused_by_gate"] == pytest.approx(decision.refused_by_gate.float().mean().item())
+    assert results["bayes"]["test/refused_by_gate"] > 0  # the gate is at work, not only the threshold
+    # the seed's rule is reported beside it, and refuses no more than the rule with the gate
+    for name in ("noise", "constant"):
+        assert results["bayes"][f"ood/refused_quantile_rule_{name}"] <= results["bayes"][f"ood/refused_{name}"]
+    assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "--ood-size", "60",
+                 "--rule", "quantile", "--threshold", "0.5", "--output", str(tmp_path / "q.json")]) == 0
+    quantile = json.loads((tmp_path / "q.json").read_text())
+    assert quantile["bayes"]["rule/threshold"] == 0.5 and quantile["bayes"]["rule/signal"] is None
+    assert quantile["bayes"]["test/refused_by_gate"] == 0
 
 
 def test_evaluate_rejects_a_toy_run(tmp_path, capsys):

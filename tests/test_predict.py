@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pyro
 import pytest
 import torch
@@ -95,9 +96,40 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
         assert answer["answer"] == expected
         assert {int(c) for c in answer["accepted"]} == set(decision.accepted[i].nonzero()[:, 0].tolist())
     assert main([str(tiny_run), files[0], "--samples", "5"]) == 0
-    line = capsys.readouterr().out.strip()
+    rule_line, line = capsys.readouterr().out.strip().splitlines()
+    assert rule_line.startswith("rule: median >= 0.2 (the seed's rule")
     expected = "I don't know" if answers[0]["answer"] is None else f"{answers[0]['answer']} ("
     assert line.startswith(files[0] + ": ") and expected in line
+
+
+def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
+    from bnn_zoo.abstention import uncertainty
+    from bnn_zoo.checkpoint import load
+    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.images import load_image
+
+    images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
+    files = []
+    for i in range(12):
+        files.append(str(tmp_path / f"d{i}.png"))
+        Image.fromarray(images[i].numpy()).save(files[-1])
+    files.append(str(tmp_path / "grey.png"))
+    Image.fromarray(np.full((28, 28), 128, dtype=np.uint8)).save(files[-1])
+    assert main([str(certified_run), *files, "--samples", "4", "--json"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    trained = load(certified_run)
+    rule = trained.rules["bayes"]
+    pyro.set_rng_seed(0)
+    probs = predict(trained.model, trained.guide, normalize(torch.stack([load_image(f) for f in files])), 4)
+    decision, mi = rule(probs), uncertainty(probs)["mutual_information"]
+    for i, answer in enumerate(answers):
+        expected = (["quantile"] if decision.refused_by_quantile[i] else []) + \
+                   (["mutual_information"] if decision.refused_by_gate[i] else [])
+        assert answer["refused_by"] == expected
+        assert answer["uncertainty"]["mutual_information"] == pytest.approx(float(mi[i]), abs=1e-5)
+        assert (answer["answer"] is None) == bool(expected)
+    assert main([str(certified_run), files[0], "--samples", "4"]) == 0
+    assert capsys.readouterr().out.startswith(f"rule: median >= {rule.threshold}, refuse when mutual_information >")
 
 
 def test_predict_cli_refuses_a_missing_run(tmp_path, capsys):

@@ -47,5 +47,5 @@ def test_rejection_report_refuses_a_missing_run(tmp_path, capsys):
 
 
 def test_an_unknown_ood_set_is_named(tiny_run):
-    with pytest.raises(ValueError, match="unknown out-of-distribution set 'letters'"):
-        rejection_report(tiny_run, "letters", num_samples=2, test_size=10)
+    with pytest.raises(ValueError, match="unknown out-of-distribution set 'digits'"):
+        rejection_report(tiny_run, "digits", num_samples=2, test_size=10)

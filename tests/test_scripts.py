@@ -122,3 +122,46 @@ def test_hand_written_bayes_by_backprop_learns():
     assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
     weight, bias = params[:2]  # the posterior means
     assert ((x @ weight.T + bias).argmax(1) == y).float().mean() > 0.95
+
+
+def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, capsys):
+    out = tmp_path / "board"
+    assert load_script("scoreboard").main([str(certified_run), "--out", str(out), "--samples", "3",
+                                           "--test-size", "150", "--ood-size", "40", "--near-size", "20"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "scoreboard.json").read_text())[str(certified_run)]
+    assert results["far"] == ["notmnist", "noise", "fashion_mnist"]
+    assert results["near"] == ["letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank"]
+    bayes = results["bayes"]
+    near = [bayes[f"ood/refused_{n}"] for n in results["near"]]
+    assert bayes["near/mean_refused"] == pytest.approx(sum(near) / len(near))
+    # the markdown shows the JSON's figures
+    assert (out / "scoreboard.md").read_text().strip() == printed.strip()
+    row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | Bayesian |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == f"{100 * bayes['ood/refused_rotated']:.2f}%"
+    assert cells[4] == f"{bayes['ood/auroc_rotated']:.4f}" and cells[7] == f"{bayes['ood/auroc_mi_rotated']:.4f}"
+    assert (out / f"scoreboard_{certified_run.name}.png").stat().st_size > 0
+
+
+def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
+    from bnn_zoo import checkpoint
+
+    monkeypatch.setattr(checkpoint, "SHIPPED", tmp_path)
+    paths = checkpoint.ship(certified_run, "tiny")
+    assert [p.name for p in paths] == ["tiny.pt", "tiny_twin.pt"] and checkpoint.shipped_names() == ["tiny"]
+    stored = torch.load(paths[0], weights_only=True)
+    assert all(v.dtype == torch.float16 for v in stored["guide"].values())
+    run, shipped = load(certified_run), load("tiny")
+    assert shipped.rules == run.rules and shipped.twin is not None
+    for name, value in run.guide.state_dict().items():
+        assert torch.equal(shipped.guide.state_dict()[name], value.half().float())
+    x = normalize(load_torchvision("mnist", str(shared_data), train=False, download=False)[0][:50])
+    pyro.set_rng_seed(0)
+    a = predict(run.model, run.guide, x, 4)
+    pyro.set_rng_seed(0)
+    b = predict(shipped.model, shipped.guide, x, 4)
+    assert (a - b).abs().max() < 0.02  # half precision moves the probabilities by little
+    assert load_script("ship_posterior").main([str(certified_run), "tiny", "--samples", "3", "--test-size", "100"]) == 0
+    printed = capsys.readouterr().out
+    assert "tiny.pt:" in printed and "bayes accuracy: run" in printed

@@ -1,0 +1,116 @@
+"""Certify a trained classifier run's abstention rules on its validation split and store them in
+RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find them: for the
+Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
+deterministic twin the same with an entropy gate. Training does this at its end.
+
+Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
+           [--signal mutual_information] [--samples 100]
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pyro
+import torch
+
+from . import cli
+from .abstention import SIGNALS, Rule
+from .calibration import NotCertified, certify, check_settings
+from .checkpoint import CALIBRATION, Trained, load
+from .config import pick_device
+from .data import load_torchvision, normalize, validation_split
+from .errors import ConfigError
+from .likelihoods import Categorical
+from .predict import sampled_probs
+
+
+def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's validation split (normalized images on the run's device, labels), never test."""
+    cfg = trained.config
+    if not cfg.data.val_size:
+        raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
+    images, labels = load_torchvision(cfg.data.name, data_root or cfg.data.root, train=True,
+                                      download=cfg.data.download)
+    _, val = validation_split(len(images), cfg.data.val_size)
+    return normalize(images[val]).to(trained.device), labels[val].to(trained.device)
+
+
+def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
+                      signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
+                      seed: int = 0, data_root: str | None = None) -> dict:
+    """Certify each model's rule and write calibration.json; returns its content. A model whose
+    rule cannot be certified gets an ``error`` entry and keeps the seed's rule."""
+    if not isinstance(trained.model.likelihood, Categorical):
+        raise ConfigError("abstention rules are for classifiers")
+    check_settings(risk, delta, max_refusal)
+    Rule(quantile, signal=signal)
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    x, labels = validation_set(trained, data_root)
+    pyro.set_rng_seed(seed)
+    found = {}
+    for part, probs in sampled_probs(trained, x, samples).items():
+        try:
+            calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
+                                  signal if part == "bayes" else "entropy")
+            found[part] = {**calibration.to_dict(), "samples": samples if part == "bayes" else 1}
+        except NotCertified as err:
+            found[part] = {"error": str(err)}
+    path = Path(run_dir) / CALIBRATION
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(found, indent=2))
+    os.replace(tmp, path)
+    return found
+
+
+@pyro.settings.context(module_local_params=True)
+def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
+    """``calibrate_trained`` on the run stored in ``run_dir``."""
+    return calibrate_trained(load(run_dir, pick_device(device)), run_dir, **settings)
+
+
+def summary(found: dict) -> str:
+    """One line per model: its rule and what validation said about it."""
+    lines = []
+    for part, c in found.items():
+        if "error" in c:
+            lines.append(f"{part}: not certified ({c['error']}); the seed's rule stays")
+            continue
+        r, v = c["rule"], c["validation"]
+        gate = f", refuse when {r['signal']} > {r['cut']:.4g} bits" if r["signal"] else ""
+        lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
+                     f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
+                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.command_parser("python -m bnn_zoo.calibrate", __doc__)
+    parser.add_argument("run_dir")
+    cli.add_sampling_options(parser)
+    parser.add_argument("--risk", type=float, default=0.01,
+                        help="largest error rate among accepted inputs (default 0.01)")
+    parser.add_argument("--delta", type=float, default=0.05,
+                        help="the bound may fail with at most this probability (default 0.05)")
+    parser.add_argument("--max-refusal", type=float, default=0.02,
+                        help="refuse at most this fraction of validation by the gate (default 0.02)")
+    parser.add_argument("--signal", choices=SIGNALS, default="mutual_information")
+    parser.add_argument("--quantile", type=float, default=0.5)
+    parser.add_argument("--data-root", default=None, help="data folder (default: the run's)")
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        found = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
+                              max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
+                              samples=args.samples, seed=args.seed, data_root=args.data_root)
+        print(summary(found))
+        return 0
+
+    return cli.run(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

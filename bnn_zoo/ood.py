@@ -1,0 +1,125 @@
+"""Out-of-distribution sets as uint8 images [n, 28, 28], white on black like MNIST: the far ones
+(notMNIST, FashionMNIST, MNIST for a FashionMNIST model, uniform noise) and near ones built here
+from MNIST test digits and the fonts on the machine, each seeded:
+
+- ``letters``: letters that look like no digit, in every font matplotlib finds, centred like digits
+- ``rotated``: digits other than 0, 1 and 8 turned 90 degrees
+- ``overlaid``: two digits of different classes on top of each other
+- ``inverted``: black digits on white
+- ``constant``: images of one grey level (0, all black, included)
+- ``scribbles``: a few random pen strokes, as a person might draw on a canvas
+- ``blank``: the all-black image
+
+Usage: ``images = ood_images("rotated", root, size=2000)``
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional
+
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from .data import load_notmnist, load_torchvision, white_noise
+
+FAR = ("notmnist", "fashion_mnist", "mnist", "noise")
+NEAR = ("letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank")
+OOD_SETS = FAR + NEAR
+# Letters that no font draws like a digit (O, I, l, S, Z, B, G, q, g, b left out).
+LETTERS = "ACEFHKMNPRTUVWXYackmnprtuvwxy"
+
+
+def ood_images(name: str, root: Optional[str], size: int, seed: int = 0) -> torch.Tensor:
+    """The OOD set ``name`` as uint8 images [n, 28, 28], n = ``size`` (at most, for notMNIST and the
+    data sets; ``blank`` is one image)."""
+    if name == "notmnist":
+        return load_notmnist(root)[:size]
+    if name in ("fashion_mnist", "mnist"):
+        return load_torchvision(name, root, train=False, download=False)[0][:size]
+    if name == "noise":
+        return white_noise(size, seed)
+    g = torch.Generator().manual_seed(seed)
+    if name == "letters":
+        return letters(size, g)
+    if name == "constant":
+        levels = torch.randint(0, 256, (size,), generator=g, dtype=torch.uint8)
+        levels[0] = 0
+        return levels[:, None, None].expand(size, 28, 28).clone()
+    if name == "blank":
+        return torch.zeros(1, 28, 28, dtype=torch.uint8)
+    if name == "scribbles":
+        return scribbles(size, g)
+    if name not in NEAR:
+        raise ValueError(f"unknown out-of-distribution set {name!r}; choose from {', '.join(OOD_SETS)}")
+    images, labels = load_torchvision("mnist", root, train=False, download=False)
+    if name == "inverted":
+        return 255 - images[torch.randperm(len(images), generator=g)[:size]]
+    if name == "rotated":
+        keep = ~torch.isin(labels, torch.tensor([0, 1, 8]))
+        picked = images[keep][torch.randperm(int(keep.sum()), generator=g)[:size]]
+        return torch.rot90(picked, 1, dims=(1, 2)).contiguous()
+    first = torch.randint(0, len(images), (size,), generator=g)
+    second = torch.randint(0, len(images), (size,), generator=g)
+    clash = labels[first] == labels[second]
+    while clash.any():  # redraw partners of the same class
+        second[clash] = torch.randint(0, len(images), (int(clash.sum()),), generator=g)
+        clash = labels[first] == labels[second]
+    return torch.maximum(images[first], images[second])
+
+
+@lru_cache(maxsize=1)
+def font_files() -> tuple[str, ...]:
+    """Every TrueType font matplotlib finds on the machine, and its own DejaVu Sans."""
+    from matplotlib import font_manager
+
+    found = {f for f in font_manager.findSystemFonts(fontext="ttf") if f.lower().endswith(".ttf")}
+    found.add(font_manager.findfont("DejaVu Sans"))
+    return tuple(sorted(found))
+
+
+def centred(glyph: Image.Image) -> torch.Tensor:
+    """A white-on-black drawing fitted into 20x20 and centred by its centre of mass in 28x28, as
+    MNIST's digits were."""
+    box = glyph.getbbox()
+    if box is None:
+        return torch.zeros(28, 28, dtype=torch.uint8)
+    glyph = glyph.crop(box)
+    scale = 20 / max(glyph.size)
+    glyph = glyph.resize((max(1, round(glyph.width * scale)), max(1, round(glyph.height * scale))),
+                         Image.LANCZOS)
+    small = torch.frombuffer(bytearray(glyph.tobytes()), dtype=torch.uint8).view(glyph.height, glyph.width).float()
+    ys, xs = torch.meshgrid(torch.arange(glyph.height), torch.arange(glyph.width), indexing="ij")
+    mass = small.sum().clamp_min(1)
+    cy, cx = float((ys * small).sum() / mass), float((xs * small).sum() / mass)
+    top, left = round(14 - cy), round(14 - cx)
+    top, left = min(max(top, 0), 28 - glyph.height), min(max(left, 0), 28 - glyph.width)
+    out = torch.zeros(28, 28)
+    out[top:top + glyph.height, left:left + glyph.width] = small
+    return out.clamp(0, 255).to(torch.uint8)
+
+
+def letters(size: int, g: torch.Generator) -> torch.Tensor:
+    fonts = font_files()
+    images = []
+    for _ in range(size):
+        letter = LETTERS[int(torch.randint(len(LETTERS), (1,), generator=g))]
+        font = ImageFont.truetype(fonts[int(torch.randint(len(fonts), (1,), generator=g))], 96)
+        canvas = Image.new("L", (160, 160))
+        ImageDraw.Draw(canvas).text((30, 10), letter, fill=255, font=font)
+        angle = float(torch.empty(1).uniform_(-12, 12, generator=g))
+        images.append(centred(canvas.rotate(angle, resample=Image.BILINEAR)))
+    return torch.stack(images)
+
+
+def scribbles(size: int, g: torch.Generator) -> torch.Tensor:
+    images = []
+    for _ in range(size):
+        canvas = Image.new("L", (112, 112))
+        draw = ImageDraw.Draw(canvas)
+        for _ in range(int(torch.randint(1, 4, (1,), generator=g))):
+            points = [tuple(p) for p in (torch.rand(int(torch.randint(2, 5, (1,), generator=g)), 2,
+                                                    generator=g) * 112).tolist()]
+            draw.line(points, fill=255, width=9, joint="curve")
+        images.append(centred(canvas))
+    return torch.stack(images)
+

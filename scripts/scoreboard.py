@@ -1,0 +1,124 @@
+"""The out-of-distribution scoreboard: for each trained classifier run and its deterministic twin,
+one table (markdown and JSON) and a plot. In distribution: accuracy, NLL, ECE, refused, accuracy on
+accepted, AURC, risk at 95% and 99% coverage. Per OOD set (the far ones, and the near ones that
+bnn_zoo.ood builds from MNIST test digits and the machine's fonts): refused under the run's
+certified rule and under the seed's quantile rule, AUROC / AUPR / FPR95 by entropy and by mutual
+information.
+
+Usage: python scripts/scoreboard.py runs/mnist_mlp runs/lenet [--out scoreboard] [--samples 100]
+           [--ood-size 10000] [--near-size 2000]
+"""
+import json
+import sys
+from pathlib import Path
+
+from bnn_zoo import cli, plots
+from bnn_zoo.checkpoint import CHECKPOINT, read
+from bnn_zoo.evaluate import DEFAULT_OOD, evaluate_run
+from bnn_zoo.ood import NEAR
+
+MODELS = {"bayes": "Bayesian", "twin": "twin"}
+IN_DISTRIBUTION = [("accuracy", "accuracy"), ("nll", "NLL"), ("ece", "ECE"), ("refused", "refused"),
+                   ("accuracy_accepted", "acc. accepted"), ("aurc", "AURC"), ("risk_at_95", "risk @95%"),
+                   ("risk_at_99", "risk @99%")]
+PER_SET = [("refused", "refused"), ("refused_quantile_rule", "refused, seed's rule"), ("auroc", "AUROC H"),
+           ("aupr", "AUPR H"), ("fpr95", "FPR95 H"), ("auroc_mi", "AUROC MI"), ("aupr_mi", "AUPR MI"),
+           ("fpr95_mi", "FPR95 MI")]
+# Near sets for a FashionMNIST run: the ones that are not digits themselves.
+NEAR_FOR = {"mnist": NEAR, "fashion_mnist": ("letters", "constant", "scribbles", "blank")}
+
+
+def ood_sets(run_dir: str) -> tuple[list[str], list[str]]:
+    data = read(Path(run_dir) / CHECKPOINT)["config"]["data"]["name"]
+    if data not in DEFAULT_OOD:
+        raise ValueError(f"{run_dir} is not a classifier run (data {data!r})")
+    return list(DEFAULT_OOD[data]), list(NEAR_FOR[data])
+
+
+def score(run_dir: str, samples: int, ood_size: int, near_size: int, **kwargs) -> dict:
+    far, near = ood_sets(run_dir)
+    sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
+    result = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
+    result["far"], result["near"] = far, [n for n in near if n not in result["skipped"]]
+    for part in MODELS:
+        if part in result and result["near"]:
+            refused = [result[part][f"ood/refused_{n}"] for n in result["near"]]
+            result[part]["near/mean_refused"] = sum(refused) / len(refused)
+    return result
+
+
+def _cell(value, percent: bool) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.2f}%" if percent else f"{value:.4f}"
+
+
+def markdown(results: dict[str, dict]) -> str:
+    lines = ["| run | model | rule | " + " | ".join(label for _, label in IN_DISTRIBUTION) + " | near-OOD refused (mean) |",
+             "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
+    for run, r in results.items():
+        for part, model in MODELS.items():
+            if part not in r:
+                continue
+            row = r[part]
+            rule = f"q>={row['rule/threshold']}" + (f", {'MI' if row['rule/signal'] == 'mutual_information' else 'H'}"
+                                                    f"<={row['rule/cut']:.3g}" if row["rule/signal"] else "")
+            cells = [_cell(row[f"test/{k}"], k in ("accuracy", "refused", "accuracy_accepted")) for k, _ in IN_DISTRIBUTION]
+            lines.append(f"| {run} | {model} | {rule} | " + " | ".join(cells) +
+                         f" | {_cell(row.get('near/mean_refused'), True)} |")
+    for run, r in results.items():
+        lines += ["", f"**{run}**: out-of-distribution sets against its test set", "",
+                  "| set | model | " + " | ".join(label for _, label in PER_SET) + " |",
+                  "|" + " --- |" * (len(PER_SET) + 2)]
+        for name in r["far"] + r["near"]:
+            if name in r["skipped"]:
+                continue
+            for part, model in MODELS.items():
+                if part in r:
+                    lines.append(f"| {name}{' (near)' if name in r['near'] else ''} | {model} | " + " | ".join(
+                        _cell(r[part].get(f"ood/{k}_{name}"), k.startswith("refused")) for k, _ in PER_SET) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict], out: Path) -> None:
+    for run, r in results.items():
+        sets = [n for n in r["far"] + r["near"] if n not in r["skipped"]]
+        rows = {"Bayesian, certified rule": {}, "Bayesian, seed's rule": {}, "twin, certified rule": {}}
+        for name in sets:
+            b = r["bayes"]
+            rows["Bayesian, certified rule"][name] = {"refused": b[f"ood/refused_{name}"],
+                                                      "auroc": max(b[f"ood/auroc_{name}"], b[f"ood/auroc_mi_{name}"])}
+            rows["Bayesian, seed's rule"][name] = {"refused": b[f"ood/refused_quantile_rule_{name}"]}
+            if "twin" in r:
+                rows["twin, certified rule"][name] = {"refused": r["twin"][f"ood/refused_{name}"],
+                                                      "auroc": r["twin"][f"ood/auroc_{name}"]}
+        plots.scoreboard(rows, sets, out / f"scoreboard_{Path(run).name}.png")
+
+
+def main(argv=None) -> int:
+    parser = cli.command_parser(None, __doc__)
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--out", default="scoreboard", help="output folder (default ./scoreboard)")
+    cli.add_sampling_options(parser)
+    cli.add_data_options(parser)
+    parser.add_argument("--near-size", type=int, default=2000, help="images per near-OOD set (default 2000)")
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        results = {run: score(run, args.samples, args.ood_size, args.near_size, seed=args.seed,
+                              test_size=args.test_size, data_root=args.data_root, device=args.device)
+                   for run in args.runs}
+        (out / "scoreboard.json").write_text(json.dumps(results, indent=2))
+        table = markdown(results)
+        (out / "scoreboard.md").write_text(table + "\n")
+        plot(results, out)
+        print(table)
+        return 0
+
+    return cli.run(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+import math
+
+import pytest
+import torch
+
+from bnn_zoo.abstention import Rule, risk_coverage, uncertainty
+from bnn_zoo.calibration import Calibration, binomial_cdf, certify
+
+
+def population(n: int, seed: int, samples: int = 4, classes: int = 5):
+    """Sampled probabilities [S, n, C] whose labels are drawn from their mean, with inputs of every
+    difficulty (a familiar input: concentrated, agreeing samples; an unfamiliar one: spread out)."""
+    g = torch.Generator().manual_seed(seed)
+    sharpness = torch.rand(n, 1, generator=g) * 6
+    centre = (torch.randn(n, classes, generator=g) * sharpness).softmax(-1)
+    spread = torch.rand(n, 1, generator=g) * 2
+    logits = centre.log() + spread * torch.randn(samples, n, classes, generator=g)
+    probs = logits.softmax(-1)
+    labels = torch.multinomial(probs.mean(0), 1, generator=g)[:, 0]
+    return probs, labels
+
+
+def selective_risk(rule: Rule, probs, labels) -> float:
+    decision = rule(probs)
+    kept = ~decision.refused
+    return (decision.prediction[kept] != labels[kept]).float().mean().item()
+
+
+class HeldOut:
+    """A large fresh sample, its scores computed once: the selective risk of any rule, fast."""
+
+    def __init__(self, n: int, seed: int):
+        probs, labels = population(n, seed)
+        top, predicted = torch.quantile(probs, 0.5, dim=0).max(1)
+        self.top, self.wrong = top, predicted != labels
+        self.scores = uncertainty(probs)
+        self.probs, self.labels = probs, labels
+
+    def risk(self, rule: Rule, upto: int | None = None) -> float:
+        kept = self.top >= rule.threshold
+        if rule.signal is not None:
+            kept &= self.scores[rule.signal] <= rule.cut
+        return self.wrong[:upto][kept[:upto]].float().mean().item()
+
+
+def test_binomial_cdf_matches_the_sum_of_its_pmf():
+    n, p = 30, 0.1
+    pmf = [math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(n + 1)]
+    k = torch.tensor([0, 3, 10, 30])
+    expected = torch.tensor([sum(pmf[: j + 1]) for j in k.tolist()], dtype=torch.float64)
+    assert torch.allclose(binomial_cdf(k, torch.full_like(k, n), p), expected, rtol=1e-9)
+
+
+def test_the_bound_holds_at_the_stated_rate_over_many_draws():
+    """Certify on 1,000 inputs, check on 100,000 fresh ones, 200 times: the true error rate among
+    accepted inputs may exceed the risk in at most delta of the draws (plus sampling slack); the
+    naive choice (empirical risk <= target) exceeds it far more often, so the test can fail."""
+    risk, delta, draws = 0.2, 0.1, 200
+    held_out = HeldOut(100_000, seed=10_000)
+    rule = certify(*population(1000, 0), risk, delta, max_refusal=0.3).rule
+    check = held_out.probs[:, :3000], held_out.labels[:3000]
+    assert held_out.risk(rule, 3000) == pytest.approx(selective_risk(rule, *check), abs=1e-6)
+    violated = naive_violated = 0
+    for seed in range(draws):
+        probs, labels = population(1000, seed)
+        rule = certify(probs, labels, risk, delta, max_refusal=0.3).rule
+        violated += held_out.risk(rule) > risk
+        # the naive choice: the lowest threshold whose validation error rate is within the risk
+        thresholds, _, running_risk = risk_coverage(probs, labels)
+        naive = float(thresholds[(running_risk <= risk).nonzero()[-1, 0]])
+        naive_violated += held_out.risk(Rule(threshold=naive)) > risk
+    slack = 2 * math.sqrt(delta * (1 - delta) / draws)
+    assert violated / draws <= delta + slack
+    assert naive_violated / draws > delta + slack
+
+
+def test_the_strictest_gate_within_the_refusal_budget_is_chosen():
+    probs, labels = population(4000, seed=1)
+    calibration = certify(probs, labels, risk=0.3, delta=0.1, max_refusal=0.5)
+    rule = calibration.rule
+    assert rule.signal == "mutual_information" and math.isfinite(rule.cut)
+    decision = rule(probs)
+    assert decision.refused.float().mean().item() == pytest.approx(calibration.validation["refused"])
+    assert calibration.validation["refused"] <= 0.5
+    # one step stricter on the grid refuses more than the budget, or is not certified
+    assert calibration.validation["max_refusal_met"]
+    kept = ~decision.refused
+    errors = int((decision.prediction[kept] != labels[kept]).sum())
+    assert calibration.validation["errors"] == errors
+    assert calibration.validation["p_value"] <= 0.1 / calibration.validation["candidates"]
+
+
+def test_without_a_signal_only_the_threshold_is_calibrated():
+    probs, labels = population(2000, seed=2)
+    rule = certify(probs, labels, risk=0.3, delta=0.1, signal=None).rule
+    assert rule.signal is None and rule.cut == math.inf and rule.threshold >= 0.2
+
+
+def test_an_unreachable_risk_is_refused_with_advice():
+    probs, labels = population(50, seed=3)
+    with pytest.raises(ValueError, match="higher risk or delta"):
+        certify(probs, labels, risk=0.001, delta=0.01)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"risk": 0}, "risk"), ({"risk": 1.5}, "risk"), ({"risk": 0.1, "delta": 0}, "delta"),
+    ({"risk": 0.1, "max_refusal": -0.1}, "max_refusal"), ({"risk": 0.1, "signal": "variance"}, "signal"),
+])
+def test_bad_settings_are_named(kwargs, message):
+    probs, labels = population(100, seed=4)
+    with pytest.raises(ValueError, match=message):
+        certify(probs, labels, **kwargs)
+
+
+def test_a_calibration_round_trips_through_json_values():
+    probs, labels = population(2000, seed=5)
+    calibration = certify(probs, labels, risk=0.3, delta=0.1)
+    again = Calibration.from_dict(calibration.to_dict())
+    assert again == calibration
+    assert torch.equal(again.rule(probs).refused, calibration.rule(probs).refused)

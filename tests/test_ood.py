@@ -1,0 +1,67 @@
+import pytest
+import torch
+
+from bnn_zoo.data import load_torchvision
+from bnn_zoo.ood import NEAR, centred, font_files, ood_images
+
+
+@pytest.mark.parametrize("name", NEAR)
+def test_near_sets_are_seeded_mnist_shaped_images(name, shared_data):
+    images = ood_images(name, str(shared_data), 40, seed=3)
+    assert images.dtype == torch.uint8 and images.shape == ((1 if name == "blank" else 40), 28, 28)
+    assert torch.equal(images, ood_images(name, str(shared_data), 40, seed=3))
+    if name not in ("blank", "constant"):
+        assert not torch.equal(images, ood_images(name, str(shared_data), 40, seed=4))
+        assert (images.flatten(1).float().std(1) > 10).all()  # every image holds a drawing
+
+
+def test_transformed_digits_are_what_they_say(shared_data):
+    digits, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    rotated = ood_images("rotated", str(shared_data), 30)
+    back = torch.rot90(rotated, -1, dims=(1, 2))
+    found = [(digits == b).flatten(1).all(1).nonzero()[0, 0] for b in back]  # each is a test digit, turned
+    assert not torch.isin(labels[torch.stack(found)], torch.tensor([0, 1, 8])).any()
+    inverted = ood_images("inverted", str(shared_data), 30)
+    assert all((digits == 255 - image).flatten(1).all(1).any() for image in inverted)
+    overlaid = ood_images("overlaid", str(shared_data), 30)
+    for image in overlaid:  # the pixelwise maximum of two digits of different classes
+        covered = (digits <= image).flatten(1).all(1) & (digits.flatten(1).float().sum(1) > 0)
+        parts = covered.nonzero()[:, 0]
+        assert any(labels[a] != labels[b] and torch.equal(torch.maximum(digits[a], digits[b]), image)
+                   for a in parts for b in parts)
+
+
+def test_constant_images_and_the_blank_one(shared_data):
+    constant = ood_images("constant", str(shared_data), 50)
+    assert (constant.flatten(1) == constant[:, :1, :1].flatten(1)).all()  # one level per image
+    assert constant[0].max() == 0 and len(constant.flatten(1)[:, 0].unique()) > 30
+    assert ood_images("blank", None, 5).sum() == 0
+
+
+def test_letters_are_centred_like_digits():
+    assert font_files(), "matplotlib ships DejaVu Sans, so at least one font"
+    letters = ood_images("letters", None, 60)
+    mass = letters.float()
+    rows = (mass.sum(2) * torch.arange(28)).sum(1) / mass.sum((1, 2))
+    cols = (mass.sum(1) * torch.arange(28)).sum(1) / mass.sum((1, 2))
+    assert ((rows - 14).abs() < 1.5).all() and ((cols - 14).abs() < 1.5).all()
+    for letter in letters:  # the longer side fitted to 20 pixels (a pixel more for the resampling's edge)
+        lit = (letter > 0).nonzero()
+        extent = (lit.max(0).values - lit.min(0).values + 1).max()
+        assert 19 <= extent <= 21
+
+
+def test_a_drawing_is_fitted_into_20_by_20():
+    from PIL import Image, ImageDraw
+
+    canvas = Image.new("L", (200, 100))
+    ImageDraw.Draw(canvas).rectangle((10, 10, 110, 60), fill=255)  # 101 x 51
+    image = centred(canvas)
+    rows, cols = image.nonzero()[:, 0], image.nonzero()[:, 1]
+    assert cols.max() - cols.min() + 1 == 20 and rows.max() - rows.min() + 1 == 10
+    assert ood_images("blank", None, 1).shape == (1, 28, 28)
+
+
+def test_unknown_sets_are_named():
+    with pytest.raises(ValueError, match="unknown out-of-distribution set 'digits'.*letters"):
+        ood_images("digits", None, 5)
