@@ -235,10 +235,10 @@ def weight_posteriors(loc_scale: dict[str, tuple[torch.Tensor, torch.Tensor]], p
 
 
 def scoreboard(rows: dict[str, dict[str, dict]], sets: list[str], path: Path) -> Figure:
-    """Per OOD set: the fraction refused (left) and the AUROC of telling it from the test set
-    (right), one bar per model; ``rows[model][set]`` holds ``refused`` and ``auroc``."""
-    fig = Figure(figsize=(max(9, 1.3 * len(sets) * 2), 4.5))
-    axes = fig.subplots(1, 2)
+    """Per OOD set: the fraction refused (top) and the AUROC of telling it from the test set
+    (bottom), one bar per model; ``rows[model][set]`` holds ``refused`` and ``auroc``."""
+    fig = Figure(figsize=(max(8.0, 0.9 * len(sets)), 7.5))
+    axes = fig.subplots(2, 1, sharex=True)
     width = 0.8 / max(1, len(rows))
     ticks = np.arange(len(sets))
     for k, (model, by_set) in enumerate(rows.items()):
@@ -246,10 +246,10 @@ def scoreboard(rows: dict[str, dict[str, dict]], sets: list[str], path: Path) ->
             values = [by_set.get(s, {}).get(key, np.nan) for s in sets]
             ax.bar(ticks + (k - (len(rows) - 1) / 2) * width, values, width, label=model)
     for ax, label in zip(axes, ("fraction refused", "AUROC against the test set")):
-        ax.set_xticks(ticks, sets, rotation=30, ha="right", fontsize=8)
         ax.set(ylabel=label, ylim=(0, 1.02))
         ax.grid(axis="y", alpha=0.3)
+    axes[1].set_xticks(ticks, sets, rotation=30, ha="right", fontsize=8)
     axes[1].set_ylim(0.4, 1.005)
     axes[0].legend(fontsize=7)
-    fig.suptitle("out-of-distribution sets: refused under each model's rule, and separated by its best score")
+    fig.suptitle("out-of-distribution sets: refused under each rule, and separated by the best score")
     return _save(fig, path, 110)

@@ -5,7 +5,7 @@ Usage::
 
     probs = predict(model, guide, x, num_samples=100)      # [100, N, C]; any guide
     probs = predict(model, hmc_samples, x)                 # or a dict of weight samples (NUTS)
-    python -m bnn_zoo.predict runs/lenet digit.png letter.jpg [--json]
+    python -m bnn_zoo.predict lenet digit.png letter.jpg [--json]   # shipped posterior, or a run dir
 """
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     """Classify images with a trained run, or say "I don't know"."""
     parser = cli.command_parser("python -m bnn_zoo.predict", main.__doc__)
-    parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
+    parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...) or the name of a shipped "
+                                        "posterior: lenet, mnist_mlp, lenet_fashion")
     parser.add_argument("images", nargs="+", metavar="IMAGE")
     cli.add_sampling_options(parser)
     cli.add_rule_options(parser)

@@ -5,15 +5,15 @@ bnn_zoo.ood builds from MNIST test digits and the machine's fonts): refused unde
 certified rule and under the seed's quantile rule, AUROC / AUPR / FPR95 by entropy and by mutual
 information.
 
-Usage: python scripts/scoreboard.py runs/mnist_mlp runs/lenet [--out scoreboard] [--samples 100]
-           [--ood-size 10000] [--near-size 2000]
+Usage: python scripts/scoreboard.py mnist_mlp lenet lenet_fashion [--out scoreboard] [--samples 100]
+           [--ood-size 10000] [--near-size 2000]        # shipped posteriors, or run directories
 """
 import json
 import sys
 from pathlib import Path
 
 from bnn_zoo import cli, plots
-from bnn_zoo.checkpoint import CHECKPOINT, read
+from bnn_zoo.checkpoint import load
 from bnn_zoo.evaluate import DEFAULT_OOD, evaluate_run
 from bnn_zoo.ood import NEAR
 
@@ -29,7 +29,7 @@ NEAR_FOR = {"mnist": NEAR, "fashion_mnist": ("letters", "constant", "scribbles",
 
 
 def ood_sets(run_dir: str) -> tuple[list[str], list[str]]:
-    data = read(Path(run_dir) / CHECKPOINT)["config"]["data"]["name"]
+    data = load(run_dir).config.data.name
     if data not in DEFAULT_OOD:
         raise ValueError(f"{run_dir} is not a classifier run (data {data!r})")
     return list(DEFAULT_OOD[data]), list(NEAR_FOR[data])
@@ -97,7 +97,7 @@ def plot(results: dict[str, dict], out: Path) -> None:
 
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR_OR_NAME")
     parser.add_argument("--out", default="scoreboard", help="output folder (default ./scoreboard)")
     cli.add_sampling_options(parser)
     cli.add_data_options(parser)

@@ -102,3 +102,31 @@ def test_unloadable_runs_say_why(tmp_path):
     torch.save(state, tmp_path / CHECKPOINT)
     with pytest.raises(CheckpointError, match="does not fit the model its config describes"):
         load(tmp_path)
+
+
+SHIPPED_DATA = {"mnist_mlp": "mnist", "lenet": "mnist", "lenet_fashion": "fashion_mnist"}
+
+
+@pytest.mark.parametrize("name", list(SHIPPED_DATA))
+def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
+    from bnn_zoo.checkpoint import SHIPPED, shipped_names
+    from bnn_zoo.data import load_torchvision, normalize
+
+    assert name in shipped_names()
+    for path in (SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"):
+        assert path.stat().st_size < 2 * 2 ** 20, path
+    with pyro.settings.context(module_local_params=True):
+        trained = load(name)
+        assert trained.config.data.name == SHIPPED_DATA[name] and trained.twin is not None
+        assert trained.rules["bayes"].signal == "mutual_information"
+        for part in ("bayes", "twin"):  # certified: the chosen rule passed its Bonferroni-corrected test
+            c = trained.calibration[part]
+            assert c["validation"]["p_value"] <= c["delta"] / c["validation"]["candidates"]
+            assert c["validation"]["risk"] <= c["risk"] and c["validation"]["size"] == 5000
+        images, labels = load_torchvision(SHIPPED_DATA[name], str(shared_data), train=False, download=False)
+        probs = predict(trained.model, trained.guide, normalize(images[:300]), 20)
+    decision = trained.rules["bayes"](probs)
+    kept = ~decision.refused
+    floor = 0.95 if SHIPPED_DATA[name] == "mnist" else 0.85
+    assert (decision.prediction[kept] == labels[:300][kept]).float().mean() > floor
+    assert (trained.twin(normalize(images[:300])).argmax(1) == labels[:300]).float().mean() > floor

@@ -132,6 +132,18 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"rule: median >= {rule.threshold}, refuse when mutual_information >")
 
 
+def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared_data, tmp_path, capsys):
+    from bnn_zoo.data import load_torchvision
+
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
+    Image.fromarray(np.zeros((28, 28), dtype=np.uint8)).save(tmp_path / "blank.png")
+    assert main(["lenet", str(tmp_path / "digit.png"), str(tmp_path / "blank.png"), "--json"]) == 0
+    digit, blank = json.loads(capsys.readouterr().out)
+    assert digit["answer"] == int(labels[0])
+    assert blank["answer"] is None and blank["refused_by"]
+
+
 def test_predict_cli_refuses_a_missing_run(tmp_path, capsys):
     assert main([str(tmp_path), "x.png"]) == 2
     assert capsys.readouterr().err.startswith("error: no checkpoint at")
