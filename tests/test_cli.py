@@ -36,5 +36,5 @@ def test_every_command_line_shares_the_same_options(command):
     assert done.returncode == 0, done.stderr
     help_text = " ".join(done.stdout.split())
     for option in (SHARED, "--seed SEED seed for the posterior draws (default 0)",
-                   "--quantile QUANTILE quantile of each class's sampled probability"):
+                   "--quantile QUANTILE quantile rule: quantile of each class's sampled probability"):
         assert " ".join(option.split()) in help_text, (command, option)

@@ -42,7 +42,7 @@ def test_bad_configs_name_the_key(overrides, message):
 
 
 def test_unknown_config_name_lists_the_shipped_ones(tmp_path):
-    with pytest.raises(ConfigError, match="no config named 'lenett'.*lenet, mnist_mlp"):
+    with pytest.raises(ConfigError, match="no config named 'lenett'.*lenet, lenet_fashion, mnist_mlp"):
         load_config("lenett")
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(str(tmp_path / "missing.yaml"))
