@@ -82,6 +82,8 @@ class TrainConfig:
     # closed form where the prior has one (gaussian), by Monte Carlo where not (scale_mixture), as
     # Pyro's TraceMeanField_ELBO; trace: Monte Carlo throughout, as Pyro's Trace_ELBO.
     elbo: str = "meanfield"
+    # Tempering: minimize data fit + kl_weight x KL (1: the ELBO, the Bayesian posterior).
+    kl_weight: float = 1.0
     # Posterior samples used for the validation figures after each epoch and the final test.
     val_samples: int = 20
     test_samples: int = 100
@@ -231,6 +233,7 @@ def _check(cfg: DictConfig) -> None:
                 "model.mixture_scale2": cfg.model.mixture_scale2,
                 "model.noise_scale": cfg.model.noise_scale, "train.epochs": cfg.train.epochs,
                 "train.batch_size": cfg.train.batch_size, "train.lr": cfg.train.lr,
+                "train.kl_weight": cfg.train.kl_weight,
                 "train.num_particles": cfg.train.num_particles,
                 "train.val_samples": cfg.train.val_samples,
                 "train.test_samples": cfg.train.test_samples, "train.eval_every": cfg.train.eval_every,

@@ -9,6 +9,7 @@ Usage::
     loss = elbo.differentiable_loss(model, guide, x, y)
     elbo.last_parts                                      # {"data_fit": ..., "kl": ...}, nats
     SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), SplitELBO(closed_form_kl=False))
+    SplitELBO(kl_weight=0.5)                             # tempered: data fit + 0.5 KL
 """
 from __future__ import annotations
 
@@ -38,11 +39,16 @@ class SplitELBO(ELBO):
     has one (a Normal guide against a Normal prior) and by Monte Carlo, log q(w) - log p(w) at the
     drawn w, where not: the estimator of Pyro's ``TraceMeanField_ELBO``. Without, Monte Carlo
     throughout: ``Trace_ELBO``'s. Every guide site must be reparameterized (all of bnn_zoo's are).
+    ``kl_weight`` tempers the objective to data fit + kl_weight x KL (1: the ELBO; below 1 the data
+    count for more, above 1 the prior); ``last_parts`` holds the KL unweighted.
     """
 
-    def __init__(self, num_particles: int = 1, closed_form_kl: bool = True):
+    def __init__(self, num_particles: int = 1, closed_form_kl: bool = True, kl_weight: float = 1.0):
         super().__init__(num_particles=num_particles)
+        if not 0 < kl_weight < float("inf"):
+            raise ValueError(f"kl_weight must be a positive finite number, got {kl_weight}")
         self.closed_form_kl = closed_form_kl
+        self.kl_weight = kl_weight
         self.last_parts: dict[str, torch.Tensor] = {}
 
     def _get_trace(self, model, guide, args, kwargs):
@@ -100,7 +106,7 @@ class SplitELBO(ELBO):
             d, k = self.particle(model, guide, args, kwargs)
             data_fit, kl = data_fit + d / self.num_particles, kl + k / self.num_particles
         self.last_parts = {"data_fit": data_fit.detach(), "kl": kl.detach()}
-        return data_fit + kl
+        return data_fit + self.kl_weight * kl
 
     def loss(self, model, guide, *args, **kwargs) -> float:
         with torch.no_grad():

@@ -53,7 +53,8 @@ def bayes_objective(cfg, num_data: int, device):
     estimates). Build and run it with module-local parameters; training steps run without Pyro's
     argument validation (``without_validation()``)."""
     model, guide = build_from_config(cfg, num_data, device)
-    elbo = SplitELBO(cfg.train.num_particles, closed_form_kl=cfg.train.elbo == "meanfield")
+    elbo = SplitELBO(cfg.train.num_particles, closed_form_kl=cfg.train.elbo == "meanfield",
+                     kl_weight=cfg.train.kl_weight)
     handler = LocalReparameterization if cfg.model.reparam == "local" else nullcontext
 
     def loss_fn(x, y):

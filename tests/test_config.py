@@ -32,6 +32,7 @@ def test_overrides_and_paths(tmp_path):
     (["train.lr_schedule=linear"], "train.lr_schedule"),
     (["model.guide=laplace"], "'model.guide'.*meanfield or lowrank or delta"),
     (["model.guide_rank=0"], "model.guide_rank.*positive"),
+    (["train.kl_weight=0"], "train.kl_weight.*positive"),
     (["infer=mcmc"], "'infer'.*svi or nuts"),
     (["mcmc.target_accept=1.5"], "mcmc.target_accept"),
     (["mcmc.warmup_steps=-1"], "mcmc.warmup_steps.*>= 0"),

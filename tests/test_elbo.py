@@ -47,6 +47,22 @@ def test_split_elbo_is_pyros_estimator(arch, kind):
     assert elbo.last_parts["data_fit"].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("arch", ZOO)
+def test_kl_weight_scales_the_kl_and_nothing_else(arch):
+    model, guide = build(arch, num_data=500, hidden=SMALL[arch])
+    x, y = example_batch(arch)
+    guide(x, y)
+    plain, tempered = SplitELBO(), SplitELBO(kl_weight=0.25)
+    full, full_grads = _loss_and_grads(plain, model, guide, x, y)
+    cold, cold_grads = _loss_and_grads(tempered, model, guide, x, y)
+    assert torch.equal(tempered.last_parts["kl"], plain.last_parts["kl"])  # logged unweighted
+    assert cold.item() == pytest.approx((plain.last_parts["data_fit"] + 0.25 * plain.last_parts["kl"]).item(), rel=1e-6)
+    assert cold.item() < full.item() - 0.5 * plain.last_parts["kl"].item()
+    assert not all(torch.allclose(a, b) for a, b in zip(full_grads, cold_grads))
+    with pytest.raises(ValueError, match="kl_weight must be a positive finite number, got 0"):
+        SplitELBO(kl_weight=0)
+
+
 @pytest.mark.parametrize("kind", ["lowrank", "delta"])
 def test_split_elbo_with_other_guides_is_trace_elbo(kind):
     model, guide = build("mnist_mlp", num_data=500, hidden=[16], guide=kind, rank=2)

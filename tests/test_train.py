@@ -16,7 +16,7 @@ from bnn_zoo.elbo import SplitELBO
 from bnn_zoo.errors import ConfigError, TrainingError
 from bnn_zoo.evaluate import evaluate_run
 from bnn_zoo.plots import variance_parts
-from bnn_zoo.train import config_for_run, main, train
+from bnn_zoo.train import bayes_objective, config_for_run, main, train
 
 RUN_FILES = ["config.yaml", "checkpoint.pt", "twin.pt", "metrics.json", "training.png"]
 
@@ -165,3 +165,13 @@ def test_nuts_run_saves_samples_that_reload(tmp_path):
 def test_infer_must_be_svi_or_nuts():
     with pytest.raises(ConfigError, match="'infer'"):
         config_for_run("toy_mlp", ["infer=laplace"])
+
+
+def test_train_kl_weight_tempers_the_objective_training_minimizes():
+    cfg = config_for_run("toy_mlp", ["train.kl_weight=0.1"])
+    data = toy_data("polynomial")
+    with pyro.settings.context(module_local_params=True):
+        _, _, elbo, _, loss_fn = bayes_objective(cfg, num_data=len(data.y), device=torch.device("cpu"))
+        loss = loss_fn(data.x, data.y)
+    parts = elbo.last_parts
+    assert loss.item() == pytest.approx((parts["data_fit"] + 0.1 * parts["kl"]).item(), rel=1e-6)
