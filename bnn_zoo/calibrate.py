@@ -3,6 +3,9 @@ RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find
 Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
 deterministic twin the same with an entropy gate. Training does this at its end.
 
+Each setting not given comes from the run's config (its ``abstention`` section), so a plain
+``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
+
 Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
            [--signal mutual_information] [--samples 100]
 """
@@ -66,10 +69,17 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
     return found
 
 
+SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples")
+
+
 @pyro.settings.context(module_local_params=True)
 def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
-    """``calibrate_trained`` on the run stored in ``run_dir``."""
-    return calibrate_trained(load(run_dir, pick_device(device)), run_dir, **settings)
+    """``calibrate_trained`` on the run stored in ``run_dir``; settings left out or None come from
+    the run's config (``abstention.risk``, ...)."""
+    trained = load(run_dir, pick_device(device))
+    given = {k: v for k, v in settings.items() if v is not None}
+    defaults = {k: trained.config.abstention[k] for k in SETTINGS if k not in given}
+    return calibrate_trained(trained, run_dir, **defaults, **given)
 
 
 def summary(found: dict) -> str:
@@ -90,15 +100,17 @@ def summary(found: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = cli.command_parser("python -m bnn_zoo.calibrate", __doc__)
     parser.add_argument("run_dir")
-    cli.add_sampling_options(parser)
-    parser.add_argument("--risk", type=float, default=0.01,
-                        help="largest error rate among accepted inputs (default 0.01)")
-    parser.add_argument("--delta", type=float, default=0.05,
-                        help="the bound may fail with at most this probability (default 0.05)")
-    parser.add_argument("--max-refusal", type=float, default=0.02,
-                        help="refuse at most this fraction of validation by the gate (default 0.02)")
-    parser.add_argument("--signal", choices=SIGNALS, default="mutual_information")
-    parser.add_argument("--quantile", type=float, default=0.5)
+    cli.add_sampling_options(parser, samples="the run's abstention.samples")
+    parser.add_argument("--risk", type=float, default=None,
+                        help="largest error rate among accepted inputs (default: the run's abstention.risk)")
+    parser.add_argument("--delta", type=float, default=None,
+                        help="the bound may fail with at most this probability (default: the run's abstention.delta)")
+    parser.add_argument("--max-refusal", type=float, default=None,
+                        help="refuse at most this fraction of validation (default: the run's abstention.max_refusal)")
+    parser.add_argument("--signal", choices=SIGNALS, default=None,
+                        help="the Bayesian network's gate (default: the run's abstention.signal)")
+    parser.add_argument("--quantile", type=float, default=None,
+                        help="quantile of each class's sampled probability (default: the run's abstention.quantile)")
     parser.add_argument("--data-root", default=None, help="data folder (default: the run's)")
     args = parser.parse_args(argv)
 

@@ -6,11 +6,13 @@ Geifman & El-Yaniv 2017).
 Every rule on a grid fixed before the data is seen (quantile thresholds x epistemic cuts) is a
 test of "its error rate among accepted inputs exceeds risk". Given the n validation inputs a rule
 accepts, its errors are Binomial(n, its true error rate), so its p-value is
-P(Binomial(n, risk) <= errors). Bonferroni over the K rules keeps the chance of certifying any bad
-rule below delta, so every certified rule holds the bound at once and any of them may be chosen
-by any criterion: this one takes the strictest epistemic cut that refuses at most
-``max_refusal`` of validation (the gate is what refuses unfamiliar inputs), then the lowest
-certified threshold (the most answers).
+P(Binomial(n, risk) <= errors). Each cut's thresholds, from the strictest (0.9) down, are a fixed
+sequence tested at level delta / (number of cuts): a threshold is certified only when it and every
+stricter one pass (Learn then Test's fixed-sequence testing within a cut, Bonferroni across cuts).
+That keeps the chance of certifying any bad rule below delta, so every certified rule holds the
+bound at once and any of them may be chosen by any criterion: this one takes the strictest
+epistemic cut that refuses at most ``max_refusal`` of validation (the gate is what refuses
+unfamiliar inputs), then the lowest certified threshold (the most answers).
 
 Usage::
 
@@ -39,7 +41,7 @@ class Calibration:
     risk: float
     delta: float
     max_refusal: float
-    validation: dict = field(default_factory=dict)  # size, refused, errors, risk, p_value, candidates, certified
+    validation: dict = field(default_factory=dict)  # size, refused, errors, risk, p_value, level, candidates, certified
 
     def to_dict(self) -> dict:
         return {"rule": self.rule.to_dict(), "risk": self.risk, "delta": self.delta,
@@ -101,7 +103,10 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     n = accepted.sum(-1)
     errors = (accepted & wrong).sum(-1)
     p_value = binomial_cdf(errors.flatten().cpu(), n.flatten().cpu(), risk).view(n.shape)
-    certified = (p_value <= delta / n.numel()) & (n > 0)
+    level = delta / len(cuts)
+    passed = (p_value <= level) & (n.cpu() > 0)
+    # a threshold passes its sequence when it and every stricter (higher) one pass
+    certified = passed.flip(0).cumprod(0).flip(0).bool()
     refused = 1.0 - n.double().cpu() / len(labels)
     if not certified.any():
         raise NotCertified(f"no rule reaches an error rate of {risk} among accepted inputs with confidence "
@@ -118,5 +123,5 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     kept = int(n[i, j])
     return Calibration(rule, risk, delta, max_refusal, {
         "size": len(labels), "refused": float(refused[i, j]), "errors": int(errors[i, j]),
-        "risk": int(errors[i, j]) / kept, "p_value": float(p_value[i, j]), "candidates": n.numel(),
+        "risk": int(errors[i, j]) / kept, "p_value": float(p_value[i, j]), "level": level, "candidates": n.numel(),
         "certified": int(certified.sum()), "max_refusal_met": bool(feasible.any())})

@@ -24,9 +24,10 @@ def command_parser(prog: str | None, doc: str) -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def add_sampling_options(parser: argparse.ArgumentParser, samples: int = 100) -> None:
-    """How to draw from a run: posterior samples, seed and device."""
-    parser.add_argument("--samples", type=int, default=samples,
+def add_sampling_options(parser: argparse.ArgumentParser, samples: int | str = 100) -> None:
+    """How to draw from a run: posterior samples (a number, or where the default comes from),
+    seed and device."""
+    parser.add_argument("--samples", type=int, default=samples if isinstance(samples, int) else None,
                         help=f"posterior samples per input (default {samples})")
     parser.add_argument("--seed", type=int, default=0, help="seed for the posterior draws (default 0)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bnn_zoo.abstention import Rule, risk_coverage, uncertainty
-from bnn_zoo.calibration import Calibration, binomial_cdf, certify
+from bnn_zoo.calibration import CUTS, Calibration, NotCertified, binomial_cdf, certify
 
 
 def population(n: int, seed: int, samples: int = 4, classes: int = 5):
@@ -87,7 +87,23 @@ def test_the_strictest_gate_within_the_refusal_budget_is_chosen():
     kept = ~decision.refused
     errors = int((decision.prediction[kept] != labels[kept]).sum())
     assert calibration.validation["errors"] == errors
-    assert calibration.validation["p_value"] <= 0.1 / calibration.validation["candidates"]
+    assert calibration.validation["p_value"] <= calibration.validation["level"] == 0.1 / len(CUTS)
+
+
+def test_a_threshold_is_certified_only_after_every_stricter_one():
+    """Fixed-sequence testing: confident inputs that are 20% wrong sink thresholds 0.9 to 0.55, so
+    the looser ones are not certified, although with 3,000 hesitant right answers added they hold
+    5% errors and would pass on their own."""
+    confident = torch.tensor([0.95, 0.05, 0, 0, 0]).expand(1000, 5)
+    hesitant = torch.tensor([0.5, 0.3, 0.2, 0, 0]).expand(3000, 5)
+    probs = torch.cat([confident, hesitant]).expand(4, 4000, 5)
+    labels = torch.zeros(4000, dtype=torch.long)
+    labels[:200] = 1  # 200 of the confident answers are wrong
+    assert selective_risk(Rule(threshold=0.5), probs, labels) == pytest.approx(0.05)
+    with pytest.raises(NotCertified):
+        certify(probs, labels, risk=0.1, delta=0.1, signal=None)
+    right = labels == 0  # the same inputs without the confident mistakes: every threshold holds
+    assert certify(probs[:, right], labels[right], risk=0.1, delta=0.1, signal=None).rule.threshold == 0.2
 
 
 def test_without_a_signal_only_the_threshold_is_calibrated():
