@@ -13,7 +13,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .abstention import SIGNALS
+from .abstention import Rule
+from .calibration import check_settings
 from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
@@ -246,13 +247,11 @@ def _check(cfg: DictConfig) -> None:
         key = "data.val_size" if cfg.data.val_size < 0 else "mcmc.warmup_steps"
         raise ConfigError(f"bad config key {key!r}: must be >= 0, got {OmegaConf.select(cfg, key)}")
     a = cfg.abstention
-    for key, value, low in (("risk", a.risk, 0), ("delta", a.delta, 0), ("max_refusal", a.max_refusal, -1e-12),
-                            ("quantile", a.quantile, -1e-12)):
-        if not low < value < 1 + (key in ("max_refusal", "quantile")):
-            raise ConfigError(f"bad config key 'abstention.{key}': must lie in "
-                              f"{'(0, 1)' if low == 0 else '[0, 1]'}, got {value}")
-    if a.signal not in SIGNALS:
-        raise ConfigError(f"bad config key 'abstention.signal': choose {' or '.join(SIGNALS)}, not {a.signal!r}")
+    try:  # the checks certify and Rule make, before any training
+        check_settings(a.risk, a.delta, a.max_refusal)
+        Rule(a.quantile, signal=a.signal)
+    except ValueError as err:
+        raise ConfigError(f"bad config section 'abstention': {err}") from None
     if not a.samples > 0:
         raise ConfigError(f"bad config key 'abstention.samples': must be positive, got {a.samples}")
     if not 0 < cfg.mcmc.target_accept < 1:
