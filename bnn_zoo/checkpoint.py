@@ -126,6 +126,15 @@ class Trained:
         """Where the run was loaded (its prior and noise tensors live there)."""
         return self.model.device
 
+    def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
+        """Each model's rule: the run's certified one (``calibrated``; the seed's rule where the run
+        holds none) or the quantile rule with the given knobs (``quantile``)."""
+        if rule == "calibrated":
+            return self.rules
+        if rule == "quantile":
+            return {"bayes": Rule(quantile, threshold), "twin": Rule(quantile, threshold)}
+        raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
+
 
 def _load_state(module: nn.Module, state: dict, path: Path) -> None:
     try:

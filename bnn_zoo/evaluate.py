@@ -84,26 +84,15 @@ def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
     return trained, root, images[:test_size], labels[:test_size]
 
 
-def rules_for(trained: Trained, rule: str = "calibrated", quantile: float = 0.5,
-              threshold: float = 0.2) -> dict[str, Rule]:
-    """Each model's rule: the run's certified one (``calibrated``; the seed's rule where the run
-    holds none) or the quantile rule with the given knobs (``quantile``)."""
-    if rule == "calibrated":
-        return trained.rules
-    if rule == "quantile":
-        return {"bayes": Rule(quantile, threshold), "twin": Rule(quantile, threshold)}
-    raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
-
-
 @pyro.settings.context(module_local_params=True)
 def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rule: str = "calibrated",
                  quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
                  device: str = "auto") -> dict:
     """Every figure of ``eval.json``, for the BNN and the deterministic twin, under each model's
-    rule (see ``rules_for``). ``ood_size``: images per OOD set, or a size per set's name."""
+    rule (see ``Trained.rules_for``). ``ood_size``: images per OOD set, or a size per set's name."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
-    rules = rules_for(trained, rule, quantile, threshold)
+    rules = trained.rules_for(rule, quantile, threshold)
     ood = DEFAULT_OOD[trained.config.data.name] if ood is None else ood
     in_probs = sampled_probs(trained, normalize(images).to(trained.device), num_samples)
     results = {part: {**{f"rule/{k}": v for k, v in rules[part].to_dict().items()},

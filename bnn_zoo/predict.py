@@ -18,7 +18,7 @@ import pyro.poutine as poutine
 import torch
 
 from . import cli
-from .abstention import SIGNALS, Rule, uncertainty
+from .abstention import SIGNALS, uncertainty
 from .bnn import BayesianNet
 from .checkpoint import Trained, load
 from .config import pick_device
@@ -128,7 +128,7 @@ def _answer(args) -> int:
     if good:
         pyro.set_rng_seed(args.seed)
         x = normalize(torch.stack(pixels)).to(trained.device)
-        rule = trained.rules["bayes"] if args.rule == "calibrated" else Rule(args.quantile, args.threshold)
+        rule = trained.rules_for(args.rule, args.quantile, args.threshold)["bayes"]
         probs = predict(trained.model, trained.guide, x, args.samples)
         decision, scores = rule(probs), uncertainty(probs, rule.quantile)
         for i, answer in enumerate(good):

@@ -14,7 +14,7 @@ import torch
 from . import cli, plots
 from .abstention import abstain, risk_coverage
 from .data import normalize
-from .evaluate import in_distribution, load_for_evaluation, rules_for
+from .evaluate import in_distribution, load_for_evaluation
 from .ood import ood_images
 from .predict import sampled_probs
 from .metrics import reliability_bins
@@ -35,9 +35,9 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                      test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> dict:
     """Refusals on MNIST test and an OOD set for a trained run, each model under its rule (see
-    ``evaluate.rules_for``); writes JSON and plots to out_dir."""
+    ``Trained.rules_for``); writes JSON and plots to out_dir."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
-    rules = rules_for(trained, rule, quantile, threshold)
+    rules = trained.rules_for(rule, quantile, threshold)
     device = trained.device
     labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
