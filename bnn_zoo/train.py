@@ -35,7 +35,7 @@ from .checkpoint import (
     save_twin,
     twin_from_config,
 )
-from .calibrate import calibrate_trained, summary
+from .calibrate import calibrate_run, summary
 from .config import load_config, make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, TOY_PLOT_RANGES, Splits, TensorSet, load_splits
 from .elbo import SplitELBO
@@ -93,9 +93,7 @@ def train(cfg: DictConfig) -> dict:
     if cfg.infer == "nuts":
         metrics["hmc"] = run_hmc(cfg, splits, run_dir, log)
     if cfg.abstention.calibrate and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
-        a = cfg.abstention
-        found = calibrate_trained(load(run_dir, device), run_dir, a.risk, a.delta, a.max_refusal, a.signal,
-                                  a.quantile, a.samples, cfg.seed, cfg.data.root)
+        found = calibrate_run(run_dir, str(device), seed=cfg.seed, data_root=cfg.data.root)  # cfg.abstention
         metrics["calibration"] = found
         log(summary(found))
     if cfg.data.name in TOY_FUNCTIONS:
