@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -42,20 +43,19 @@ def save_atomic(state: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_bayes(path: Path, cfg: DictConfig, epoch: int, num_data: int, model, guide,
-               optimizer, scheduler, history: list) -> None:
-    """The BNN's checkpoint: config, weights' posterior, optimizer state, history, RNG state."""
-    save_atomic({"config": config_dict(cfg), "epoch": epoch, "num_data": num_data,
+def save_bayes(path: Path, cfg: DictConfig, run: str, epoch: int, num_data: int, model, guide,
+               optimizer, history: list) -> None:
+    """The BNN's checkpoint: config, run id, weights' posterior, optimizer state, history, RNG
+    state. (The learning-rate schedule is replayed from the config on resume.)"""
+    save_atomic({"config": config_dict(cfg), "run": run, "epoch": epoch, "num_data": num_data,
                  "model": model.state_dict(), "guide": guide.state_dict(),
-                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "history": history, "rng": torch.get_rng_state()}, path)
+                 "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state()}, path)
 
 
-def save_twin(path: Path, cfg: DictConfig, epoch: int, net: nn.Module, optimizer, scheduler,
-              history: list) -> None:
-    save_atomic({"config": config_dict(cfg), "epoch": epoch, "net": net.state_dict(),
-                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "history": history}, path)
+def save_twin(path: Path, cfg: DictConfig, run: str, epoch: int, net: nn.Module, optimizer, history: list) -> None:
+    """The twin's checkpoint, with the run id of the BNN it belongs to."""
+    save_atomic({"config": config_dict(cfg), "run": run, "epoch": epoch, "net": net.state_dict(),
+                 "optimizer": optimizer.state_dict(), "history": history}, path)
 
 
 def read(path: Path, device: str | torch.device = "cpu") -> dict:
@@ -63,8 +63,22 @@ def read(path: Path, device: str | torch.device = "cpu") -> dict:
     if not Path(path).is_file():
         raise CheckpointError(f"no checkpoint at {path}: train first "
                               "(python -m bnn_zoo.train CONFIG run_dir=DIR)")
-    state = torch.load(path, map_location=device, weights_only=True)
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(f"{path} holds more than tensors and plain values ({_first_line(err)}); "
+                              "bnn-zoo loads no code from a checkpoint") from None
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path} is not a readable checkpoint ({_first_line(err)}): it is truncated "
+                              "or not a bnn-zoo file; train again, or resume from a complete copy") from None
+    if not isinstance(state, dict) or ("config" not in state and "net" not in state):
+        raise CheckpointError(f"{path} is not a bnn-zoo checkpoint (no config or weights in it)")
     return state if state.get("format") == FORMAT else _upgrade(state, path)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0][:200] if text else "") or type(err).__name__
 
 
 def _upgrade(state: dict, path: Path) -> dict:
@@ -158,12 +172,13 @@ def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torc
     state = read(run_dir / CHECKPOINT)
     small = lambda d: {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     written = [folder / f"{name}.pt"]
-    save_atomic({"config": state["config"], "epoch": state["epoch"], "num_data": state["num_data"],
+    save_atomic({"config": state["config"], "run": state.get("run"), "epoch": state["epoch"], "num_data": state["num_data"],
                  "model": state["model"], "guide": small(state["guide"]),
                  "calibration": read_calibration(run_dir / CALIBRATION)}, written[0])
     if (run_dir / TWIN_CHECKPOINT).is_file():
         written.append(folder / f"{name}_twin.pt")
-        save_atomic({"net": small(read(run_dir / TWIN_CHECKPOINT)["net"])}, written[1])
+        twin = read(run_dir / TWIN_CHECKPOINT)
+        save_atomic({"run": twin.get("run"), "net": small(twin["net"])}, written[1])
     return written
 
 
@@ -190,8 +205,12 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
     model.eval(), guide.eval()
     twin = None
     if twin_path.is_file():
+        twin_state = read(twin_path, device)
+        if twin_state.get("run") != state.get("run"):
+            raise CheckpointError(f"{twin_path} is the twin of another run than {path} (their run ids "
+                                  "differ): delete it, or train the twin again with this run")
         twin = twin_from_config(cfg, device)
-        _load_state(twin, full(read(twin_path, device)["net"]), twin_path)
+        _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), calibration)
 

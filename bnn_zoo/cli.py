@@ -24,12 +24,27 @@ def command_parser(prog: str | None, doc: str) -> argparse.ArgumentParser:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def count(text: str, least: int = 1) -> int:
+    """An argparse type: a whole number >= ``least`` (argparse names the option when it is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    return count(text, least=0)
+
+
 def add_sampling_options(parser: argparse.ArgumentParser, samples: int | str = 100) -> None:
     """How to draw from a run: posterior samples (a number, or where the default comes from),
     seed and device."""
-    parser.add_argument("--samples", type=int, default=samples if isinstance(samples, int) else None,
+    parser.add_argument("--samples", type=count, default=samples if isinstance(samples, int) else None,
                         help=f"posterior samples per input (default {samples})")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the posterior draws (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed for the posterior draws (default 0)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
 
 
@@ -51,9 +66,9 @@ def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> 
     """Where the data sets are and how much of them to use."""
     parser.add_argument("--data-root", default=None,
                         help="data folder (default: the run's, then $BNN_ZOO_DATA, then ./data)")
-    parser.add_argument("--test-size", type=int, default=None, help="test images to use (default all)")
+    parser.add_argument("--test-size", type=count, default=None, help="test images to use (default all)")
     if ood_size:
-        parser.add_argument("--ood-size", type=int, default=10000,
+        parser.add_argument("--ood-size", type=count, default=10000,
                             help="images per out-of-distribution set (default 10000)")
 
 

@@ -4,6 +4,7 @@ Usage: ``cfg = load_config("lenet", ["train.epochs=1", "data.root=/data"])``
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,9 @@ from .guides import GUIDES
 from .likelihoods import NOISE_MODES
 from .priors import PRIORS
 from .zoo import ARCHITECTURES
+
+
+MAX_SAMPLES = 10000  # posterior samples per input, for any figure
 
 
 @dataclass
@@ -135,6 +139,7 @@ class Config:
     seed: int = 0
     device: str = "auto"  # auto (CUDA when available), cpu, cuda, cuda:1, ...
     resume: Optional[str] = None  # a run directory to continue
+    overwrite: bool = False  # replace the run already in run_dir (else a new run there stops)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -175,23 +180,44 @@ def make_config(base: Any = None, overrides: list[str] | dict | None = None) -> 
     Unknown keys and values of the wrong type raise ConfigError naming the key.
     """
     cfg = OmegaConf.structured(Config)
+    if base is not None and not isinstance(base, (dict, DictConfig)):
+        raise ConfigError(f"a config is a mapping of sections (arch: lenet, train: {{epochs: 3}}, ...), "
+                          f"not a {type(base).__name__}")
     try:
         if base is not None:
+            _check_sections(base)
             cfg = OmegaConf.merge(cfg, base)
         if isinstance(overrides, dict):
+            _check_sections(overrides)
             cfg = OmegaConf.merge(cfg, overrides)
         elif overrides:
             bad = [o for o in overrides if "=" not in o]
             if bad:
                 raise ConfigError(f"override {bad[0]!r} is not of the form key=value "
                                   "(for example train.epochs=3)")
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+            dotted = OmegaConf.from_dotlist(list(overrides))
+            _check_sections(dotted)
+            cfg = OmegaConf.merge(cfg, dotted)
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         raise ConfigError(f"bad config key {key!r}: {err.msg if hasattr(err, 'msg') else err}"
                           .split("\n    full_key")[0]) from None
     _check(cfg)
     return cfg
+
+
+def _check_sections(base) -> None:
+    """Each section (model, data, train, mcmc, abstention) must be a mapping of its keys."""
+    for section in ("model", "data", "train", "mcmc", "abstention"):
+        value = base.get(section) if hasattr(base, "get") else None
+        if value is not None and not isinstance(value, (dict, DictConfig)):
+            raise ConfigError(f"bad config section {section!r}: a mapping of its keys (for example "
+                              f"{section}: {{{_example(section)}}}), not {value!r}")
+
+
+def _example(section: str) -> str:
+    return next(f"{k}: {v}" for k, v in OmegaConf.to_container(OmegaConf.structured(Config)[section]).items()
+                if v is not None)
 
 
 def load_config(name: str | None = None, overrides: list[str] | None = None) -> DictConfig:
@@ -203,6 +229,9 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
             base = OmegaConf.load(path)
         except Exception as err:  # YAML syntax errors come in many types
             raise ConfigError(f"cannot read config {str(path)!r}: {err}") from None
+        if not isinstance(base, DictConfig):
+            raise ConfigError(f"config {str(path)!r} holds a {type(base).__name__} at its top level; a config "
+                              "is a mapping of sections (arch: lenet, train: {epochs: 3}, ...)")
     return make_config(base, overrides)
 
 
@@ -234,26 +263,46 @@ def _check(cfg: DictConfig) -> None:
                 "model.mixture_scale2": cfg.model.mixture_scale2,
                 "model.noise_scale": cfg.model.noise_scale, "train.epochs": cfg.train.epochs,
                 "train.batch_size": cfg.train.batch_size, "train.lr": cfg.train.lr,
+                "train.lr_step": cfg.train.lr_step, "train.lr_gamma": cfg.train.lr_gamma,
                 "train.kl_weight": cfg.train.kl_weight,
                 "train.num_particles": cfg.train.num_particles,
                 "train.val_samples": cfg.train.val_samples,
                 "train.test_samples": cfg.train.test_samples, "train.eval_every": cfg.train.eval_every,
                 "model.guide_rank": cfg.model.guide_rank, "mcmc.num_samples": cfg.mcmc.num_samples,
-                "mcmc.max_tree_depth": cfg.mcmc.max_tree_depth}
+                "mcmc.max_tree_depth": cfg.mcmc.max_tree_depth, "abstention.samples": cfg.abstention.samples}
+    # null means "the default" for these; a number must be a real one
+    positive.update({key: value for key, value in (
+        ("train.twin_epochs", cfg.train.twin_epochs), ("train.twin_lr", cfg.train.twin_lr),
+        ("data.train_limit", cfg.data.train_limit), ("data.test_limit", cfg.data.test_limit))
+        if value is not None})
     for key, value in positive.items():
-        if not value > 0:
-            raise ConfigError(f"bad config key {key!r}: must be positive, got {value}")
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {value}")
+    for key in ("train.val_samples", "train.test_samples", "abstention.samples"):
+        if OmegaConf.select(cfg, key) > MAX_SAMPLES:
+            raise ConfigError(f"bad config key {key!r}: at most {MAX_SAMPLES} posterior samples (the "
+                              f"predictive holds samples x inputs x classes numbers), got "
+                              f"{OmegaConf.select(cfg, key)}")
+    if cfg.model.hidden is not None and not (len(cfg.model.hidden) and all(w > 0 for w in cfg.model.hidden)):
+        raise ConfigError(f"bad config key 'model.hidden': give one or more positive widths (for example "
+                          f"[400, 400]), or null for the architecture's default; got {list(cfg.model.hidden)}")
     if cfg.data.val_size < 0 or cfg.mcmc.warmup_steps < 0:
         key = "data.val_size" if cfg.data.val_size < 0 else "mcmc.warmup_steps"
         raise ConfigError(f"bad config key {key!r}: must be >= 0, got {OmegaConf.select(cfg, key)}")
+    if not 0 <= cfg.train.lr_min_factor <= 1:
+        raise ConfigError(f"bad config key 'train.lr_min_factor': must lie in [0, 1], got {cfg.train.lr_min_factor}")
+    if not 0 <= cfg.seed < 2 ** 32:
+        raise ConfigError(f"bad config key 'seed': must lie in [0, 2^32), got {cfg.seed}")
+    for key in ("run_dir", "resume"):
+        value = OmegaConf.select(cfg, key)
+        if value is not None and Path(value).exists() and not Path(value).is_dir():
+            raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
     a = cfg.abstention
     try:  # the checks certify and Rule make, before any training
         check_settings(a.risk, a.delta, a.max_refusal)
         Rule(a.quantile, signal=a.signal)
     except ValueError as err:
         raise ConfigError(f"bad config section 'abstention': {err}") from None
-    if not a.samples > 0:
-        raise ConfigError(f"bad config key 'abstention.samples': must be positive, got {a.samples}")
     if not 0 < cfg.mcmc.target_accept < 1:
         raise ConfigError(f"bad config key 'mcmc.target_accept': must lie strictly between 0 and 1, "
                           f"got {cfg.mcmc.target_accept}")

@@ -67,22 +67,33 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 
 def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
                      download: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """MNIST or FashionMNIST as (uint8 images [N, 28, 28], labels), read or downloaded into root."""
-    from torchvision import datasets
-
+    """MNIST or FashionMNIST as (uint8 images [N, 28, 28], int64 labels), read from
+    ``ROOT/<Name>/raw`` (IDX files, plain or .gz); downloaded there by torchvision when missing."""
     folder = TORCHVISION_SETS[name]
-    cls = getattr(datasets, folder)
     root_path = data_root(root)
-    try:
-        ds = cls(str(root_path), train=train, download=False)
-    except RuntimeError:
+    raw = root_path / folder / "raw"
+    prefix = "train" if train else "t10k"
+    stems = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
+    if not all(_find_idx(raw, stem) for stem in stems):
         if not download:
-            raise _missing(folder, root_path, "downloads are off (data.download=false)") from None
+            raise _missing(folder, root_path, "downloads are off (data.download=false)")
+        from torchvision import datasets
+
         try:
-            ds = cls(str(root_path), train=train, download=True)
+            getattr(datasets, folder)(str(root_path), train=train, download=True)
         except Exception as err:  # network errors come as URLError, OSError, RuntimeError...
             raise _missing(folder, root_path, f"the download failed: {err}") from None
-    return ds.data, ds.targets
+    image_file, label_file = (_find_idx(raw, stem) for stem in stems)
+    images, labels = read_idx(image_file), read_idx(label_file)
+    if images.dim() != 3 or images.shape[1:] != (28, 28):
+        raise DataError(f"{image_file} holds images of shape {tuple(images.shape)}, not N x 28 x 28")
+    if labels.shape != images.shape[:1]:
+        raise DataError(f"{label_file} holds {tuple(labels.shape)} labels for {len(images)} images in "
+                        f"{image_file}: replace both with the original files")
+    if len(labels) and labels.max() >= 10:
+        raise DataError(f"{label_file} holds label {int(labels.max())}; {folder} has classes 0-9: "
+                        "replace it with the original file")
+    return images, labels.long()
 
 
 def _missing(folder: str, root: Path, why: str) -> DataError:
@@ -101,8 +112,9 @@ def read_idx(path: str | Path) -> torch.Tensor:
             raw = f.read()
     except (OSError, EOFError) as err:
         raise DataError(f"cannot read IDX file {path}: {err}") from None
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise DataError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
+        raise DataError(f"{path} is not an unsigned-byte IDX file (its magic number is {raw[:4].hex()}, "
+                        f"not 0000080N with N of 1 to 4 dimensions): replace it with the original file")
     ndim = raw[3]
     shape = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
     start, count = 4 + 4 * ndim, math.prod(shape)

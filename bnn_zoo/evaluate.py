@@ -24,6 +24,7 @@ from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
 from .ood import OOD_SETS, ood_images
 from .predict import sampled_probs
+from .runs import write_atomic
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -139,9 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
+        output = Path(args.output or Path(args.run_dir) / "eval.json")
+        if not output.parent.is_dir():  # found out before the work, not after
+            raise ConfigError(f"--output {output}: folder {output.parent} does not exist; create it or "
+                              "write elsewhere")
         results = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
                                args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root, args.device)
-        Path(args.output or Path(args.run_dir) / "eval.json").write_text(json.dumps(results, indent=2))
+        write_atomic(output, json.dumps(results, indent=2))
         print(table(results))
         return 0
 

@@ -1,13 +1,14 @@
 """The epoch loop every trainer shares: minibatches on the device, a progress bar, a check for
 non-finite losses, the learning-rate schedule, and a hook after each epoch.
 
-Usage: ``fit("twin", twin.loss, optimizer, make_scheduler(optimizer, cfg.train, 20), train_set,
+Usage: ``fit("twin", twin.loss, optimizer, make_scheduler(optimizer, cfg.train, 20, 1e-3), train_set,
 cfg.train, 20, history, 1.0, after_epoch)``
 """
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -18,13 +19,24 @@ from .data import TensorSet
 from .errors import TrainingError
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int):
-    """Per-epoch learning-rate schedule."""
+def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int, lr: float, done: int = 0):
+    """The per-epoch learning-rate schedule of a run planned as ``epochs`` epochs from ``lr``, at
+    epoch ``done``: replayed from the start, so a resumed run with a new lr or length follows the
+    new plan (and an unchanged one continues exactly where it stopped)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+        group.pop("initial_lr", None)
     if t.lr_schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, t.lr * t.lr_min_factor)
-    if t.lr_schedule == "step":
-        return torch.optim.lr_scheduler.StepLR(optimizer, t.lr_step, t.lr_gamma)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs, lr * t.lr_min_factor)
+    elif t.lr_schedule == "step":
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, t.lr_step, t.lr_gamma)
+    else:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": a replay, on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(done):
+            scheduler.step()
+    return scheduler
 
 
 def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
@@ -57,9 +69,7 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
         mean_loss = total.item() / steps * per_example
         seconds = time.perf_counter() - start
         if not math.isfinite(mean_loss):
-            raise TrainingError(
-                f"{label}: the loss became {mean_loss} in epoch {epoch + 1}; stopped, and the last "
-                "good checkpoint is kept. Lower train.lr or model.init_scale and resume.")
+            raise TrainingError(f"{label}: the loss became {mean_loss} in epoch {epoch + 1}")
         scheduler.step()
         record = {"epoch": epoch + 1, "steps": steps, "seconds": seconds, "loss": mean_loss,
                   "lr": optimizer.param_groups[0]["lr"]}

@@ -22,11 +22,14 @@ from .abstention import SIGNALS, uncertainty
 from .bnn import BayesianNet
 from .checkpoint import Trained, load
 from .config import pick_device
-from .data import normalize
+from .data import MNIST_MEAN, MNIST_STD, normalize
 from .images import load_image
 from .likelihoods import Categorical
 
 Posterior = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
+# Normalized images lie in NORMALIZED_RANGE; inputs beyond IMAGE_LIMIT were not normalized (0..255).
+NORMALIZED_RANGE = ((0 - MNIST_MEAN) / MNIST_STD, (1 - MNIST_MEAN) / MNIST_STD)
+IMAGE_LIMIT = 10.0
 
 
 def draw_weights(model: BayesianNet, posterior: Posterior, x: torch.Tensor, num_samples: int,
@@ -58,10 +61,16 @@ def predict(model: BayesianNet, posterior: Posterior, x: torch.Tensor, num_sampl
     ``posterior`` is any guide of the model, or a dict of weight samples (MCMC); of those,
     ``num_samples`` evenly spaced ones are used (None: all). Weights are drawn ``chunk_size``
     samples at a time and each chunk runs as one batched pass over ``batch_size`` inputs, so memory
-    is bounded by chunk_size x batch_size activations. ``keep`` ({parameter name: bool mask}) zeroes
+    beyond the result is bounded by chunk_size x batch_size activations, whatever num_samples is. ``keep`` ({parameter name: bool mask}) zeroes
     the weights where the mask is False (pruning). The model runs in eval mode. Runs in the
     caller's Pyro settings and parameter store; the result is on x's device.
     """
+    if not len(x):
+        raise ValueError("x holds no inputs (its first dimension is 0)")
+    if x.dim() == 4 and float(x.abs().max()) > IMAGE_LIMIT:
+        raise ValueError(f"the images hold values up to {float(x.abs().max()):g}, far outside normalized "
+                         f"images' {NORMALIZED_RANGE[0]:.2f}..{NORMALIZED_RANGE[1]:.2f}: pass "
+                         "bnn_zoo.data.normalize(uint8 images 0..255)")
     index = None
     if isinstance(posterior, dict):
         total = len(next(iter(posterior.values())))
@@ -74,16 +83,20 @@ def predict(model: BayesianNet, posterior: Posterior, x: torch.Tensor, num_sampl
     was_training = model.training
     model.eval()
     try:
-        chunks = []
+        out = None  # filled in place: no per-chunk pieces kept between the chunks' large buffers
         for start in range(0, num_samples, chunk_size):
             n = min(chunk_size, num_samples - start)
             part = None if index is None else index[start:start + n]
             weights = draw_weights(model, posterior, x, n, part)
             for name, mask in (keep or {}).items():
                 weights[name] = weights[name] * mask
-            chunks.append(torch.cat([model.likelihood.predictive(model.forward_with(weights, xb))
-                                     for xb in x.split(batch_size)], 1))
-        return torch.cat(chunks)
+            for first, xb in zip(range(0, len(x), batch_size), x.split(batch_size)):
+                piece = model.likelihood.predictive(model.forward_with(weights, xb))
+                if out is None:
+                    out = piece.new_empty(num_samples, len(x), *piece.shape[2:])
+                out[start:start + n, first:first + len(xb)] = piece
+            del weights
+        return out
     finally:
         model.train(was_training)
 

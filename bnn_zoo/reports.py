@@ -112,7 +112,7 @@ def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
     cli.add_sampling_options(parser)
     cli.add_rule_options(parser)
     cli.add_data_options(parser)
-    parser.add_argument("--grid", type=int, default=6, help="inputs in the histogram grid")
+    parser.add_argument("--grid", type=cli.count, default=6, help="inputs in the histogram grid")
     args = parser.parse_args(argv)
 
     def command() -> int:

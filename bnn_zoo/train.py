@@ -6,13 +6,15 @@ Usage::
     python -m bnn_zoo.train                                    # toy_mlp
     python -m bnn_zoo.train mnist_mlp train.epochs=3 data.root=DIR run_dir=runs/x
     python -m bnn_zoo.train toy_mlp infer=nuts                 # and NUTS, plotted beside VI
-    python -m bnn_zoo.train resume=runs/x                      # continue an interrupted run
+    python -m bnn_zoo.train resume=runs/x train.epochs=30      # continue a run, on a longer plan
+    python -m bnn_zoo.train mnist_mlp run_dir=runs/x overwrite=true   # replace the run in runs/x
 """
 from __future__ import annotations
 
 import json
 import statistics
 import sys
+import uuid
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -39,11 +41,12 @@ from .calibrate import calibrate_run, summary
 from .config import load_config, make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, TOY_PLOT_RANGES, Splits, TensorSet, load_splits
 from .elbo import SplitELBO
-from .errors import ConfigError
+from .errors import ConfigError, TrainingError
 from .loop import adam, fit, make_scheduler, reached
 from .mcmc import nuts_posterior
 from .predict import predict
 from .reparam import LocalReparameterization
+from .runs import claim, remove_run_files, write_atomic
 
 
 def bayes_objective(cfg, num_data: int, device):
@@ -72,24 +75,34 @@ def without_validation():
 
 @pyro.settings.context(module_local_params=True)
 def train(cfg: DictConfig) -> dict:
-    """Train the run ``cfg`` describes and write its directory; returns metrics.json's content."""
+    """Train the run ``cfg`` describes and write its directory; returns metrics.json's content.
+
+    A new run stops when its run_dir holds another run (unless ``overwrite=true``); ``resume=DIR``
+    checks the overrides against the stored run before it writes anything."""
     cfg = resolved(cfg)
     device = pick_device(cfg.device)
-    pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
     run_dir = Path(cfg.run_dir)
-    splits = load_splits(cfg, device)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml")
+    with claim(run_dir, cfg.overwrite, resuming=bool(cfg.resume)):
+        stored = read_for_resume(cfg, run_dir / CHECKPOINT, device) if cfg.resume else None
+        pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
+        splits = load_splits(cfg, device)
+        if not cfg.resume:
+            remove_run_files(run_dir)  # overwrite=true: the old run goes only now the new one can start
+        write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+        return _train(cfg, stored, splits, device, run_dir)
 
+
+def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir: Path) -> dict:
     def log(message: str) -> None:  # above the progress bars, flushed so a log file keeps up
         tqdm.write(message)
         sys.stdout.flush()
 
     log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
         f"guide {cfg.model.guide}, run directory {run_dir}")
-    metrics = {"config": config_dict(cfg), "bayes": train_bayes(cfg, splits, device, run_dir, log)}
+    run_id = stored["run"] if stored else uuid.uuid4().hex
+    metrics = {"config": config_dict(cfg), "bayes": train_bayes(cfg, splits, device, run_dir, log, stored, run_id)}
     if cfg.train.twin:
-        metrics["twin"] = train_twin(cfg, splits, device, run_dir, log)
+        metrics["twin"] = train_twin(cfg, splits, device, run_dir, log, stored and stored["twin"], run_id)
     if cfg.infer == "nuts":
         metrics["hmc"] = run_hmc(cfg, splits, run_dir, log)
     if cfg.abstention.calibrate and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
@@ -99,9 +112,53 @@ def train(cfg: DictConfig) -> dict:
     if cfg.data.name in TOY_FUNCTIONS:
         metrics["epistemic_sd_within_data"] = spread = plot_toy(cfg, splits, run_dir, device)
         log(f"largest epistemic sd inside the training x range: {_figures(spread)}")
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_atomic(run_dir / "metrics.json", json.dumps(metrics, indent=2))
     plots.training_curve(metrics, run_dir / "training.png")
     return metrics
+
+
+# What a resumed run may change: how long and how fast it trains from here, how it reports, where
+# it runs and reads data, and the abstention calibrated at its end. The rest defines the model.
+RESUMABLE = ("train.epochs", "train.twin_epochs", "train.lr", "train.twin_lr", "train.lr_schedule",
+             "train.lr_min_factor", "train.lr_step", "train.lr_gamma", "train.eval_every",
+             "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
+             "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
+             "abstention", "mcmc")
+
+
+def read_for_resume(cfg: DictConfig, path: Path, device) -> dict:
+    """The checkpoint ``resume=`` continues, once the config is known to fit it: overrides of
+    anything but RESUMABLE keys, and fewer epochs than are done, are refused."""
+    state = read(path, device)
+    differences = _differences(state["config"], config_dict(cfg))
+    changed = sorted(key for key in differences if not any(key == k or key.startswith(k + ".") for k in RESUMABLE))
+    if changed:
+        raise ConfigError(f"resume={cfg.resume} cannot change what defines the run: " +
+                          ", ".join(f"{k} ({differences[k][0]} -> {differences[k][1]})" for k in changed) +
+                          "; drop those overrides, or start a new run with them (run_dir=NEW)")
+    state.setdefault("run", None)
+    twin_path = path.with_name(TWIN_CHECKPOINT)
+    twin = read(twin_path, device) if twin_path.is_file() else None
+    state["twin"] = twin if twin is not None and twin.get("run") == state["run"] else None  # not a replaced run's
+    for key, label, done in (("train.epochs", "", state["epoch"]),
+                             ("train.twin_epochs", "twin ", state["twin"]["epoch"] if state["twin"] else 0)):
+        planned = cfg.train.epochs if key == "train.epochs" else cfg.train.twin_epochs or cfg.train.epochs
+        if planned < done:
+            raise ConfigError(f"bad config key {key!r}: the {label}run in {path.parent} has trained {done} "
+                              f"epochs; resume with {key} >= {done}")
+    return state
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
+    """{dotted key: (old, new)} where two config dicts differ."""
+    found = {}
+    for key in old.keys() | new.keys():
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found.update(_differences(a, b, f"{prefix}{key}."))
+        elif a != b:
+            found[f"{prefix}{key}"] = (a, b)
+    return found
 
 
 def _prefixed(prefix: str, figures: dict) -> dict:
@@ -113,24 +170,24 @@ def _summary(history: list, test: dict) -> dict:
             **_prefixed("test", test)}
 
 
-def train_bayes(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
+def train_bayes(cfg, splits: Splits, device, run_dir: Path, log, stored: dict | None, run_id: str) -> dict:
     t = cfg.train
     num_data = len(splits.train)
     model, guide, elbo, optimizer, loss_fn = bayes_objective(cfg, num_data, device)
-    scheduler = make_scheduler(optimizer, t, t.epochs)
     history: list = []
     kl = elbo.kl_estimators(model, guide, splits.train.x[:2], splits.train.y[:2])
     log(f"ELBO {'closed-form KL where one exists' if elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names))
     path = run_dir / CHECKPOINT
-    if cfg.resume:
-        state = read(path, device)
-        model.load_state_dict(state["model"]), guide.load_state_dict(state["guide"])
-        optimizer.load_state_dict(state["optimizer"]), scheduler.load_state_dict(state["scheduler"])
-        history = state["history"]
-        torch.set_rng_state(state["rng"])
-        log(f"resumed {path} after epoch {state['epoch']}")
+    if stored:
+        model.load_state_dict(stored["model"]), guide.load_state_dict(stored["guide"])
+        optimizer.load_state_dict(stored["optimizer"])
+        history = stored["history"]
+        torch.set_rng_state(stored["rng"])
+        log(f"resumed {path} after epoch {stored['epoch']}")
+    scheduler = make_scheduler(optimizer, t, t.epochs, t.lr, done=len(history))
     data_fit = torch.zeros((), device=device)
+    kept = Kept(path, cfg, t.lr, stored["epoch"] if stored else None)
 
     def step(x, y):
         nonlocal data_fit
@@ -150,29 +207,59 @@ def train_bayes(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
             record.update(_prefixed("val", model.likelihood.metrics(
                 predict(model, guide, splits.val.x, t.val_samples), splits.val.y)))
         log(_line("bayes", record))
-        save_bayes(path, cfg, record["epoch"], num_data, model, guide, optimizer, scheduler, history)
+        kept.check("bayes", record["epoch"], [*model.parameters(), *guide.parameters()])
+        save_bayes(path, cfg, run_id, record["epoch"], num_data, model, guide, optimizer, history)
+        kept.epoch = record["epoch"]
         return reached(record, t.stop_at_accuracy)
 
-    with without_validation():
+    with without_validation(), kept:
         fit("bayes", step, optimizer, scheduler, splits.train, t, t.epochs, history, 1.0 / num_data, after_epoch)
     test = model.likelihood.metrics(predict(model, guide, splits.test.x, t.test_samples), splits.test.y)
     log(f"bayes test ({t.test_samples} posterior samples): {_figures(test)}")
     return {**_summary(history, test), "kl_estimator": kl}
 
 
-def train_twin(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
+class Kept:
+    """The epoch a checkpoint file holds, and what a diverged run says about it: a checkpoint is
+    written only from finite parameters, and a TrainingError raised inside ``with kept:`` ends
+    with which epoch the file holds and how to resume from it."""
+
+    def __init__(self, path: Path, cfg: DictConfig, lr: float, epoch: int | None):
+        self.path, self.cfg, self.lr, self.epoch = path, cfg, lr, epoch
+
+    def check(self, label: str, epoch: int, parameters) -> None:
+        if not all(bool(torch.isfinite(p).all()) for p in parameters):
+            raise TrainingError(f"{label}: parameters became non-finite in epoch {epoch}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if not isinstance(err, TrainingError):
+            return False
+        run_dir = self.path.parent
+        if self.epoch is None:
+            advice = (f"no checkpoint was written (the first would have followed epoch "
+                      f"{self.cfg.train.eval_every}): train again with a lower learning rate, e.g. "
+                      f"train.lr={self.lr / 10:g} overwrite=true")
+        else:
+            advice = (f"{self.path} holds epoch {self.epoch}, the last with finite parameters: resume it with "
+                      f"a lower learning rate: python -m bnn_zoo.train resume={run_dir} train.lr={self.lr / 10:g}")
+        raise TrainingError(f"{err}; stopped. {advice}") from None
+
+
+def train_twin(cfg, splits: Splits, device, run_dir: Path, log, stored: dict | None, run_id: str) -> dict:
     t = cfg.train
     epochs, lr = t.twin_epochs or t.epochs, t.twin_lr or t.lr
     twin = twin_from_config(cfg, device)
     optimizer = adam(twin.parameters(), lr)
-    scheduler = make_scheduler(optimizer, t, epochs)
     history: list = []
     path = run_dir / TWIN_CHECKPOINT
-    if cfg.resume and path.is_file():
-        state = read(path, device)
-        twin.load_state_dict(state["net"]), optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        history = state["history"]
+    if stored:
+        twin.load_state_dict(stored["net"]), optimizer.load_state_dict(stored["optimizer"])
+        history = stored["history"]
+    scheduler = make_scheduler(optimizer, t, epochs, lr, done=len(history))
+    kept = Kept(path, cfg, lr, stored["epoch"] if stored else None)
 
     @torch.no_grad()
     def evaluate(data: TensorSet) -> dict:
@@ -185,10 +272,13 @@ def train_twin(cfg, splits: Splits, device, run_dir: Path, log) -> dict:
         if splits.val is not None:
             record.update(_prefixed("val", evaluate(splits.val)))
         log(_line("twin", record))
-        save_twin(path, cfg, record["epoch"], twin, optimizer, scheduler, history)
+        kept.check("twin", record["epoch"], twin.parameters())
+        save_twin(path, cfg, run_id, record["epoch"], twin, optimizer, history)
+        kept.epoch = record["epoch"]
         return reached(record, t.stop_at_accuracy)
 
-    fit("twin", twin.loss, optimizer, scheduler, splits.train, t, epochs, history, 1.0, after_epoch)
+    with kept:
+        fit("twin", twin.loss, optimizer, scheduler, splits.train, t, epochs, history, 1.0, after_epoch)
     test = evaluate(splits.test)
     log(f"twin test: {_figures(test)}")
     return _summary(history, test)
@@ -239,17 +329,19 @@ def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> dict[str, float]:
 
 
 def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
-    """The config a command line asks for; ``resume=DIR`` starts from DIR's stored config."""
+    """The config a command line asks for; ``resume=DIR`` starts from the config stored in DIR's
+    checkpoint."""
     resume = [o for o in overrides if o.startswith("resume=")]
     if not resume:
         return load_config(name or "toy_mlp", overrides)
     run_dir = Path(resume[-1].split("=", 1)[1])
     if name is not None:
         raise ConfigError("resume=DIR continues DIR's own config: give no config name with it")
-    stored = run_dir / "config.yaml"
-    if not stored.is_file():
-        raise ConfigError(f"bad config key 'resume': {stored} does not exist")
-    return make_config(OmegaConf.load(stored), [*overrides, f"run_dir={run_dir}"])
+    if not (run_dir / CHECKPOINT).is_file():
+        raise ConfigError(f"bad config key 'resume': nothing to resume in {run_dir}: it holds no {CHECKPOINT} "
+                          "(the run stopped before its first checkpoint, or the path is wrong); start the run "
+                          "again, with overwrite=true to replace what is there")
+    return make_config(read(run_dir / CHECKPOINT)["config"], [*overrides, f"run_dir={run_dir}"])
 
 
 def main(argv: list[str] | None = None) -> int:

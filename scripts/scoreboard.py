@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="scoreboard", help="output folder (default ./scoreboard)")
     cli.add_sampling_options(parser)
     cli.add_data_options(parser)
-    parser.add_argument("--near-size", type=int, default=2000, help="images per near-OOD set (default 2000)")
+    parser.add_argument("--near-size", type=cli.count, default=2000, help="images per near-OOD set (default 2000)")
     args = parser.parse_args(argv)
 
     def command() -> int:

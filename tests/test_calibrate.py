@@ -49,7 +49,9 @@ def test_the_calibrate_cli(certified_run, tmp_path, capsys):
     assert f"refused {found['bayes']['validation']['refused']:.2%}" in printed
     assert main([str(run), "--risk", "2"]) == 2
     assert "risk must lie strictly between 0 and 1" in capsys.readouterr().err
-    assert main([str(run), "--samples", "0"]) == 2
+    with pytest.raises(SystemExit) as stop:  # argparse: "argument --samples: must be at least 1"
+        main([str(run), "--samples", "0"])
+    assert stop.value.code == 2 and "--samples: must be at least 1" in capsys.readouterr().err
     # no settings: the run's config's (abstention.risk 0.01, which 128 images cannot certify)
     assert main([str(run)]) == 0
     assert "no rule reaches an error rate of 0.01 " in json.loads((run / CALIBRATION).read_text())["bayes"]["error"]

@@ -15,7 +15,6 @@ from bnn_zoo.checkpoint import (
 )
 from bnn_zoo.calibration import CUTS
 from bnn_zoo.errors import CheckpointError
-from bnn_zoo.train import make_scheduler
 
 LEARNED = {"model.prior": "scale_mixture", "model.learn_prior": True, "model.noise": "homoscedastic"}
 OPTIONS = {"default": {}, "learned_mixture": LEARNED, "lowrank": {"model.guide": "lowrank"},
@@ -32,13 +31,12 @@ def _trained_run(arch, options, run_dir, steps=3):
         optimizer.zero_grad()
         loss_fn(x, y).backward()
         optimizer.step()
-    scheduler = make_scheduler(optimizer, cfg.train, 3)
-    save_bayes(run_dir / CHECKPOINT, cfg, steps, 64, model, guide, optimizer, scheduler, [])
+    save_bayes(run_dir / CHECKPOINT, cfg, "run-1", steps, 64, model, guide, optimizer, [])
     twin = twin_from_config(cfg)
     with torch.no_grad():
         for p in twin.parameters():
             p.add_(0.1)  # not its initialization
-    save_twin(run_dir / TWIN_CHECKPOINT, cfg, 1, twin, optimizer, scheduler, [])
+    save_twin(run_dir / TWIN_CHECKPOINT, cfg, "run-1", 1, twin, optimizer, [])
     return model, guide, twin, x
 
 
@@ -131,3 +129,38 @@ def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
     floor = 0.95 if SHIPPED_DATA[name] == "mnist" else 0.85
     assert (decision.prediction[kept] == labels[:300][kept]).float().mean() > floor
     assert (trained.twin(normalize(images[:300])).argmax(1) == labels[:300]).float().mean() > floor
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not_a_checkpoint"])
+@pytest.mark.parametrize("name", [CHECKPOINT, TWIN_CHECKPOINT])
+def test_broken_checkpoint_files_are_one_clear_error_everywhere(name, damage, tiny_run, tmp_path, capsys):
+    import importlib
+    import shutil
+
+    calibrate, evaluate, predict_cli, train = (importlib.import_module(f"bnn_zoo.{name}")
+                                               for name in ("calibrate", "evaluate", "predict", "train"))
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    path = run_dir / name
+    if damage == "not_a_checkpoint":
+        torch.save([1, 2, 3], path)
+    else:
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2] if damage == "truncated" else b"")
+    message = f"{path} is not a" + (" bnn-zoo checkpoint" if damage == "not_a_checkpoint" else " readable checkpoint")
+    with pytest.raises(CheckpointError, match=message):
+        load(run_dir)
+    for command in (lambda: predict_cli.main([str(run_dir), "x.png"]), lambda: evaluate.main([str(run_dir), "--ood"]),
+                    lambda: calibrate.main([str(run_dir)]), lambda: train.main([f"resume={run_dir}"])):
+        assert command() == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and str(path) in err, err
+
+
+def test_a_twin_from_another_run_is_not_taken_for_this_run_s(tmp_path):
+    with pyro.settings.context(module_local_params=True):
+        _trained_run("toy_mlp", {}, tmp_path)
+        twin = torch.load(tmp_path / TWIN_CHECKPOINT, weights_only=True)
+        torch.save({**twin, "run": "another-run"}, tmp_path / TWIN_CHECKPOINT)
+        with pytest.raises(CheckpointError, match="twin of another run"):
+            load(tmp_path)

@@ -42,6 +42,19 @@ def test_overrides_and_paths(tmp_path):
     (["infer=mcmc"], "'infer'.*svi or nuts"),
     (["mcmc.target_accept=1.5"], "mcmc.target_accept"),
     (["mcmc.warmup_steps=-1"], "mcmc.warmup_steps.*>= 0"),
+    (["arch=mnist_mlp", "model.hidden=[]"], r"'model.hidden': give one or more positive widths.*got \[\]"),
+    (["arch=mnist_mlp", "model.hidden=[0]"], r"'model.hidden': give one or more positive widths.*got \[0\]"),
+    (["data.train_limit=0"], "'data.train_limit': must be a positive number, got 0"),
+    (["data.train_limit=-1"], "'data.train_limit': must be a positive number, got -1"),
+    (["data.test_limit=-100"], "'data.test_limit': must be a positive number, got -100"),
+    (["train.lr=inf"], "'train.lr': must be a positive number, got inf"),
+    (["model.prior_scale=inf"], "'model.prior_scale': must be a positive number, got inf"),
+    (["train.twin_lr=-1"], "'train.twin_lr': must be a positive number"),
+    (["train.twin_epochs=-3"], "'train.twin_epochs': must be a positive number"),
+    (["train.lr_step=0"], "'train.lr_step': must be a positive number"),
+    (["seed=-1"], r"'seed': must lie in \[0, 2\^32\)"),
+    (["train.test_samples=100000000"], "'train.test_samples': at most 10000 posterior samples"),
+    (["train=5"], "section 'train': a mapping of its keys .*not 5"),
 ])
 def test_bad_configs_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -84,3 +97,15 @@ def test_device_choice():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             pick_device("cuda")
+
+
+def test_config_files_and_run_dirs_of_the_wrong_kind_are_named(tmp_path):
+    (tmp_path / "list.yaml").write_text("- arch\n- lenet\n")
+    with pytest.raises(ConfigError, match="list.yaml' holds a ListConfig at its top level"):
+        load_config(str(tmp_path / "list.yaml"))
+    (tmp_path / "five.yaml").write_text("arch: toy_mlp\ntrain: 5\n")
+    with pytest.raises(ConfigError, match="section 'train': a mapping of its keys"):
+        load_config(str(tmp_path / "five.yaml"))
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ConfigError, match="'run_dir': .*a_file is a file"):
+        load_config("toy_mlp", [f"run_dir={tmp_path / 'a_file'}"])

@@ -59,6 +59,53 @@ def test_notmnist_missing_says_where_it_looked(tmp_path):
         data.load_notmnist(str(tmp_path))
 
 
+def _mnist_folder(root, images=None, labels=None, gz=False):
+    """ROOT/MNIST/raw with small train and test files (torchvision's names)."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    images = torch.randint(0, 256, (20, 28, 28), dtype=torch.uint8) if images is None else images
+    labels = torch.arange(20) % 10 if labels is None else labels
+    for prefix in ("train", "t10k"):
+        write_idx(raw / (f"{prefix}-images-idx3-ubyte" + ".gz" * gz), images, gz)
+        write_idx(raw / (f"{prefix}-labels-idx1-ubyte" + ".gz" * gz), labels, gz)
+    return raw
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_is_read_from_plain_or_gz_files_without_a_download(tmp_path, monkeypatch, gz):
+    from torchvision import datasets
+
+    monkeypatch.setattr(datasets.MNIST, "download", lambda self: pytest.fail("tried to download"))
+    images = torch.randint(0, 256, (20, 28, 28), dtype=torch.uint8)
+    _mnist_folder(tmp_path, images, gz=gz)
+    x, y = data.load_torchvision("mnist", str(tmp_path), train=False, download=True)
+    assert torch.equal(x, images) and torch.equal(y, torch.arange(20) % 10) and y.dtype == torch.int64
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("int8_magic", r"t10k-labels-idx1-ubyte is not an unsigned-byte IDX file \(its magic number is 00000901"),
+    ("label_200", r"t10k-labels-idx1-ubyte holds label 200; MNIST has classes 0-9"),
+    ("truncated", r"t10k-images-idx3-ubyte is truncated"),
+    ("wrong_magic", r"t10k-images-idx3-ubyte is not an unsigned-byte IDX file"),
+    ("count", r"t10k-labels-idx1-ubyte holds \(19,\) labels for 20 images"),
+])
+def test_damaged_mnist_files_are_named(damage, message, tmp_path):
+    raw = _mnist_folder(tmp_path)
+    images, labels = raw / "t10k-images-idx3-ubyte", raw / "t10k-labels-idx1-ubyte"
+    if damage == "int8_magic":
+        labels.write_bytes(b"\x00\x00\x09" + labels.read_bytes()[3:])
+    elif damage == "label_200":
+        write_idx(labels, torch.tensor([200] + [1] * 19))
+    elif damage == "truncated":
+        images.write_bytes(images.read_bytes()[:5000])
+    elif damage == "wrong_magic":
+        images.write_bytes(b"\x00\x00\x08\x07" + images.read_bytes()[4:])
+    else:
+        write_idx(labels, torch.ones(19))
+    with pytest.raises(DataError, match=message):
+        data.load_torchvision("mnist", str(tmp_path), train=False, download=True)
+
+
 def test_missing_mnist_offline_error(tmp_path, monkeypatch):
     with pytest.raises(DataError) as err:
         data.load_torchvision("mnist", str(tmp_path), download=False)

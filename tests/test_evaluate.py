@@ -71,3 +71,15 @@ def test_evaluate_rejects_a_toy_run(tmp_path, capsys):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 2}))
     assert main([str(tmp_path)]) == 2
     assert "for classifiers" in capsys.readouterr().err
+
+
+def test_evaluate_checks_its_arguments_before_the_work(tiny_run, tmp_path, capsys, monkeypatch):
+    from bnn_zoo import evaluate
+
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda *a, **k: pytest.fail("evaluated before checking"))
+    assert evaluate.main([str(tiny_run), "--output", str(tmp_path / "missing" / "x.json")]) == 2
+    assert f"folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    for bad in (["--test-size", "0"], ["--test-size", "-1"], ["--ood-size", "0"], ["--samples", "0"]):
+        with pytest.raises(SystemExit) as stop:
+            evaluate.main([str(tiny_run), *bad])
+        assert stop.value.code == 2 and f"argument {bad[0]}: must be at least 1" in capsys.readouterr().err

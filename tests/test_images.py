@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -18,3 +19,56 @@ def test_load_image_converts_to_white_on_black(tmp_path):
         load_image(tmp_path / "empty.png")
     with pytest.raises(ValueError, match="no such file"):
         load_image(tmp_path / "missing.png")
+
+
+@pytest.fixture
+def seven():
+    """A digit drawn white on black at 112 x 112, and what load_image makes of it."""
+    pixels = torch.zeros(112, 112, dtype=torch.uint8)
+    pixels[20:30, 25:90] = 255  # the bar
+    for row in range(30, 95):  # the stem, slanting left
+        col = 85 - (row - 30) // 2
+        pixels[row, col - 5:col + 5] = 255
+    return Image.fromarray(pixels.numpy(), "L")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.int() - b.int()).abs().max() <= 2
+
+
+@pytest.mark.parametrize("kind", ["alpha_dark_ink", "alpha_light_ink", "float_0_1", "float_0_255", "sixteen_bit",
+                                  "exif_rotated", "palette_transparent"])
+def test_images_people_send_read_as_the_same_digit(kind, seven, tmp_path):
+    seven.save(tmp_path / "plain.png")
+    expected = load_image(tmp_path / "plain.png")
+    array = np.asarray(seven)
+    if kind.startswith("alpha"):  # the digit drawn in the alpha channel; colour of the ink only
+        ink = 0 if kind == "alpha_dark_ink" else 255
+        img = Image.new("RGBA", seven.size, (ink, ink, ink, 0))
+        img.putalpha(seven)
+        path = tmp_path / "alpha.png"
+    elif kind.startswith("float"):
+        scale = 1 / 255 if kind == "float_0_1" else 1.0
+        img, path = Image.fromarray(array.astype(np.float32) * scale, "F"), tmp_path / "float.tif"
+    elif kind == "sixteen_bit":
+        img, path = Image.fromarray(array.astype(np.uint16) * 257), tmp_path / "deep.png"
+    elif kind == "exif_rotated":  # stored on its side as cameras do; the EXIF tag turns it upright
+        img, path = seven.rotate(90, expand=True).convert("RGB"), tmp_path / "photo.jpg"
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        img.save(path, exif=exif.tobytes(), quality=100)
+    else:  # a palette image whose background entry is transparent
+        img = seven.convert("P")
+        img.info["transparency"] = 0
+        path = tmp_path / "palette.png"
+        img.save(path, transparency=0)
+    if not path.exists():
+        img.save(path)
+    assert _same(load_image(path), expected), kind
+
+
+def test_a_huge_image_is_refused_before_it_is_decoded(tmp_path):
+    Image.new("1", (20000, 20000)).save(tmp_path / "bomb.png")  # a few KB on disk, 400 million pixels
+    assert (tmp_path / "bomb.png").stat().st_size < 100_000
+    with pytest.raises(ValueError, match="too large.*scale it down"):
+        load_image(tmp_path / "bomb.png")

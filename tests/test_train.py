@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import subprocess
 import sys
@@ -90,7 +91,7 @@ def test_cli_errors_are_one_clear_line(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "MNIST not found" in err and "data.root=DIR" in err and len(err.strip().splitlines()) == 1
     assert main([f"resume={tmp_path / 'nothing'}"]) == 2
-    assert "config.yaml does not exist" in capsys.readouterr().err
+    assert "nothing to resume" in capsys.readouterr().err
 
 
 def test_resume_continues_where_the_run_stopped(tmp_path):
@@ -103,6 +104,65 @@ def test_resume_continues_where_the_run_stopped(tmp_path):
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["epoch"] == 30
 
 
+def test_resume_refuses_overrides_that_redefine_the_run_and_rewrites_nothing(tmp_path):
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 4, "train.eval_every": 2}))
+    files = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "checkpoint.pt", "metrics.json")}
+    for override, named in (("model.hidden=[100]", r"model.hidden \(\[50, 50\] -> \[100\]\)"),
+                            ("model.prior=scale_mixture", r"model.prior \(gaussian -> scale_mixture\)"),
+                            ("train.epochs=3", "train.epochs >= 4")):
+        with pytest.raises(ConfigError, match=named):
+            train(config_for_run(None, [f"resume={tmp_path}", override]))
+        assert {name: (tmp_path / name).read_bytes() for name in files} == files
+    (tmp_path / "config.yaml").write_text("arch: [unclosed\n")  # the checkpoint holds the run's config
+    assert len(train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=6"]))["bayes"]["history"]) == 6
+
+
+def _lrs(metrics):
+    return [h["lr"] for h in metrics["bayes"]["history"]]
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "step", "constant"])
+def test_resume_follows_the_new_plan_of_epochs_and_learning_rate(schedule, tmp_path):
+    plan = {"train.lr_schedule": schedule, "train.lr_step": 3, "train.eval_every": 2, "train.lr": 0.01}
+    whole = train(tiny_config("toy_mlp", run_dir=str(tmp_path / "whole"), **plan, **{"train.epochs": 8}))
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path / "cut"), **plan, **{"train.epochs": 4}))
+    extended = train(config_for_run(None, [f"resume={tmp_path / 'cut'}", "train.epochs=8"]))
+    assert _lrs(extended)[4:] == _lrs(whole)[4:]  # 4 epochs planned, then 8: from there as if 8 were planned
+    if schedule == "cosine":  # the new plan's rate at epoch 5, not the full rate again
+        assert _lrs(extended)[4] < 0.4 * 0.01
+    else:  # the first 4 epochs' rates do not depend on the plan's length: the same weights, bit for bit
+        a, b = load(tmp_path / "whole").guide.state_dict(), load(tmp_path / "cut").guide.state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    slower = train(config_for_run(None, [f"resume={tmp_path / 'cut'}", "train.epochs=10", "train.lr=0.001"]))
+    replan = train(tiny_config("toy_mlp", run_dir=str(tmp_path / "plan"), **{**plan, "train.lr": 0.001,
+                                                                           "train.epochs": 10}))
+    assert _lrs(slower)[8:] == _lrs(replan)[8:]  # the new rate, on the new plan
+    assert slower["config"]["train"]["lr"] == 0.001
+
+
+def test_a_diverging_run_keeps_a_finite_checkpoint_that_resumes(tmp_path):
+    with pytest.raises(TrainingError, match=r"in epoch (\d+); stopped. \S+checkpoint.pt holds epoch \d+, the last "
+                                            r"with finite parameters.*resume=\S+ train.lr=1"):
+        train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.lr": 10, "train.eval_every": 1,
+                                                               "train.epochs": 300, "train.twin": False}))
+    kept = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    assert all(torch.isfinite(v).all() for part in ("model", "guide") for v in kept[part].values())
+    assert load(tmp_path).epoch == kept["epoch"]  # (a state this far gone diverges again: see the next test)
+    with pytest.raises(TrainingError, match="no checkpoint was written.*train.lr=100000 overwrite=true"):
+        train(tiny_config("toy_mlp", run_dir=str(tmp_path / "none"), **{"train.lr": 1e6, "train.eval_every": 100,
+                                                                         "train.epochs": 300}))
+    assert not (tmp_path / "none" / CHECKPOINT).exists()
+
+
+def test_a_run_that_diverges_late_resumes_from_its_kept_checkpoint(tmp_path):
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 10, "train.eval_every": 5}))
+    with pytest.raises(TrainingError, match="holds epoch 10"):  # lr 10 blows the trained run up
+        train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=40", "train.lr=1e4"]))
+    resumed = train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=15", "train.lr=0.001"]))
+    assert [h["epoch"] for h in resumed["bayes"]["history"]] == list(range(1, 16))
+    assert all(math.isfinite(h["loss"]) for h in resumed["bayes"]["history"])
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 10, "train.eval_every": 5}))
     good = load(tmp_path)
@@ -113,7 +173,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypat
 
     original = SplitELBO.particle
     monkeypatch.setattr(SplitELBO, "particle", explode)
-    with pytest.raises(TrainingError, match="loss became nan in epoch 11.*last good checkpoint"):
+    with pytest.raises(TrainingError, match=r"loss became nan in epoch 11; stopped. \S+checkpoint.pt holds epoch 10.*resume=\S+ train.lr=0.0001"):
         train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=20"]))
     kept = load(tmp_path)
     assert kept.epoch == 10
