@@ -9,6 +9,7 @@ Usage: ``training_curve(metrics, "runs/x/training.png")``
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +24,12 @@ def _np(t) -> np.ndarray:
 
 
 def _save(fig: Figure, path: Path, dpi: int = 110) -> Figure:
+    """Lay out and write the figure whole: to a temporary name, then renamed over ``path``."""
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # the suffix picks the format
+    fig.savefig(tmp, dpi=dpi)
+    os.replace(tmp, path)
     return fig
 
 

@@ -241,10 +241,10 @@ class Kept:
         if self.epoch is None:
             advice = (f"no checkpoint was written (the first would have followed epoch "
                       f"{self.cfg.train.eval_every}): train again with a lower learning rate, e.g. "
-                      f"train.lr={self.lr / 10:g} overwrite=true")
+                      f"train.lr={min(self.lr / 10, 1e-3):g} overwrite=true")
         else:
             advice = (f"{self.path} holds epoch {self.epoch}, the last with finite parameters: resume it with "
-                      f"a lower learning rate: python -m bnn_zoo.train resume={run_dir} train.lr={self.lr / 10:g}")
+                      f"a lower learning rate: python -m bnn_zoo.train resume={run_dir} train.lr={min(self.lr / 10, 1e-3):g}")
         raise TrainingError(f"{err}; stopped. {advice}") from None
 
 
