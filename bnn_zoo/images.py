@@ -50,14 +50,14 @@ def _grayscale(img) -> torch.Tensor:
     """Luminance 0..255 as float [H, W]: transparent pixels take the background that contrasts with
     the ink (a dark digit drawn on nothing gets white paper), wide pixel types are scaled."""
     if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        values = _floats(img if img.mode == "F" else img.convert("F"))
+        values = _floats(img if img.mode == "F" else img.convert("F")).clamp_min(0)
+        if img.mode.startswith("I;16"):
+            return values * (255.0 / 65535)  # 16 bits, whatever the picture's brightest pixel
         top = float(values.max()) if values.numel() else 0.0
         if img.mode == "F" and top <= 1.0:
-            return values.clamp(0, 1) * 255  # floats in 0..1
-        if top <= 255:
-            return values.clamp_min(0)
-        full = 65535.0 if img.mode.startswith("I;16") or top <= 65535 else top
-        return values.clamp_min(0) * (255.0 / full)
+            return values.clamp_max(1) * 255  # floats in 0..1
+        # 32-bit integers or floats: 0..255 as they are, else 16-bit range, else the image's own
+        return values if top <= 255 else values * (255.0 / (65535.0 if top <= 65535 else top))
     if "A" in img.getbands() or "transparency" in img.info:
         rgba = img.convert("RGBA")
         luminance, alpha = _floats(rgba.convert("L")), _floats(rgba.getchannel("A")) / 255

@@ -67,6 +67,13 @@ def test_images_people_send_read_as_the_same_digit(kind, seven, tmp_path):
     assert _same(load_image(path), expected), kind
 
 
+def test_a_dark_sixteen_bit_image_stays_dark(tmp_path):
+    deep = np.zeros((28, 28), dtype=np.uint16)
+    deep[10:18, 10:18] = 200  # 200 of 65535: barely above black
+    Image.fromarray(deep).save(tmp_path / "dark.png")
+    assert load_image(tmp_path / "dark.png", invert="no").max() <= 1
+
+
 def test_a_huge_image_is_refused_before_it_is_decoded(tmp_path):
     Image.new("1", (20000, 20000)).save(tmp_path / "bomb.png")  # a few KB on disk, 400 million pixels
     assert (tmp_path / "bomb.png").stat().st_size < 100_000
