@@ -12,7 +12,6 @@ Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-r
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from .data import load_torchvision, normalize, validation_split
 from .errors import ConfigError
 from .likelihoods import Categorical
 from .predict import sampled_probs
+from .runs import write_atomic
 
 
 def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,10 +62,7 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
             found[part] = {**calibration.to_dict(), "samples": samples if part == "bayes" else 1}
         except NotCertified as err:
             found[part] = {"error": str(err)}
-    path = Path(run_dir) / CALIBRATION
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(found, indent=2))
-    os.replace(tmp, path)
+    write_atomic(Path(run_dir) / CALIBRATION, json.dumps(found, indent=2))
     return found
 
 

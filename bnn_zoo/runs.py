@@ -12,11 +12,12 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT
 from .errors import ConfigError
 
 LOCK = ".lock"
 # Every file a run writes into its directory (bnn_zoo.train, bnn_zoo.calibrate, bnn_zoo.evaluate).
-RUN_FILES = ("config.yaml", "checkpoint.pt", "twin.pt", "hmc.pt", "calibration.json", "metrics.json",
+RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, "metrics.json",
              "eval.json", "training.png", "predictive.png")
 
 
