@@ -16,7 +16,7 @@ from .checkpoint import Trained, load
 from .elbo import SplitELBO
 from .guides import DirectAutoNormal, make_guide
 from .likelihoods import Categorical, Gaussian
-from .predict import predict
+from .predict import predict  # the function (bnn_zoo.sampling.predict), bound over the module's name
 from .priors import GaussianPrior, ScaleMixturePrior, make_prior
 from .reparam import LocalReparameterization
 from .twin import Twin

@@ -1,7 +1,8 @@
 """Certify a trained classifier run's abstention rules on its validation split and store them in
 RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find them: for the
 Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
-deterministic twin the same with an entropy gate. Training does this at its end.
+deterministic twin the same with an entropy gate (a deep ensemble's or MC dropout's gate is the
+Bayesian network's signal: they are sampled too). Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
 ``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
@@ -26,7 +27,7 @@ from .config import pick_device
 from .data import load_torchvision, normalize, validation_split
 from .errors import ConfigError
 from .likelihoods import Categorical
-from .predict import sampled_probs
+from .ladder import sampled_probs
 from .runs import write_atomic
 
 
@@ -58,8 +59,8 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
     for part, probs in sampled_probs(trained, x, samples).items():
         try:
             calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
-                                  signal if part == "bayes" else "entropy")
-            found[part] = {**calibration.to_dict(), "samples": samples if part == "bayes" else 1}
+                                  signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
+            found[part] = {**calibration.to_dict(), "samples": len(probs)}
         except NotCertified as err:
             found[part] = {"error": str(err)}
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(found, indent=2))

@@ -29,7 +29,9 @@ CHECKPOINT = "checkpoint.pt"
 TWIN_CHECKPOINT = "twin.pt"
 HMC_SAMPLES = "hmc.pt"
 CALIBRATION = "calibration.json"  # the certified abstention rules (bnn_zoo.calibrate)
+MEMBERS = "members"  # an ensemble's members 1, 2, ... live in RUN_DIR/members/N, member 0 in RUN_DIR
 SHIPPED = Path(__file__).resolve().parent / "posteriors"  # trained posteriors inside the package
+PARTS = ("bayes", "twin", "hmc")  # the posteriors a run can hold (bnn_zoo.ladder.posteriors)
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # Checkpoints without a format are 1 (up to commit 766a886) and are upgraded when loaded.
 FORMAT = 2
@@ -56,6 +58,15 @@ def save_twin(path: Path, cfg: DictConfig, run: str, epoch: int, net: nn.Module,
     """The twin's checkpoint, with the run id of the BNN it belongs to."""
     save_atomic({"config": config_dict(cfg), "run": run, "epoch": epoch, "net": net.state_dict(),
                  "optimizer": optimizer.state_dict(), "history": history}, path)
+
+
+def restamp(path: Path, cfg: DictConfig) -> None:
+    """Store ``cfg`` as the config of the checkpoint at ``path``: a resumed run's new plan (more
+    epochs or members, other abstention settings) is what loading it rebuilds from then on."""
+    state = read(path)
+    if state["config"] != config_dict(cfg):
+        state["config"] = config_dict(cfg)
+        save_atomic({k: v for k, v in state.items() if k != "format"}, path)
 
 
 def read(path: Path, device: str | torch.device = "cpu") -> dict:
@@ -119,7 +130,8 @@ def _hidden(cfg: DictConfig) -> Optional[list[int]]:
 
 
 def twin_from_config(cfg: DictConfig, device: str | torch.device = "cpu") -> Twin:
-    return make_twin(cfg.arch, _hidden(cfg), cfg.model.noise, cfg.model.noise_scale).to(device)
+    return make_twin(cfg.arch, _hidden(cfg), cfg.model.noise, cfg.model.noise_scale,
+                     cfg.train.twin_dropout).to(device)
 
 
 @dataclass
@@ -130,10 +142,11 @@ class Trained:
     twin: Optional[Twin] = None  # the deterministic twin, when the run trained one
     epoch: int = 0
     samples: Optional[dict] = None  # HMC weight samples {site: [S, *shape]}, when infer=nuts
-    # The abstention rule of each model ("bayes", "twin"): certified on validation when the run
-    # holds calibration.json, else the seed's quantile rule, Rule().
-    rules: dict = field(default_factory=lambda: {"bayes": Rule(), "twin": Rule()})
+    # The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.ladder): certified
+    # on validation when the run holds calibration.json, else the seed's quantile rule, Rule().
+    rules: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)  # calibration.json's content
+    members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
 
     @property
     def device(self) -> torch.device:
@@ -144,9 +157,9 @@ class Trained:
         """Each model's rule: the run's certified one (``calibrated``; the seed's rule where the run
         holds none) or the quantile rule with the given knobs (``quantile``)."""
         if rule == "calibrated":
-            return self.rules
+            return {part: self.rules.get(part, Rule()) for part in PARTS}
         if rule == "quantile":
-            return {"bayes": Rule(quantile, threshold), "twin": Rule(quantile, threshold)}
+            return {part: Rule(quantile, threshold) for part in PARTS}
         raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
 
 
@@ -191,8 +204,20 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
         return _assemble(state, SHIPPED / f"{run_dir}.pt", twin, device, None, state["calibration"])
     run_dir = Path(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
-    return _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT,
-                     device, samples, read_calibration(run_dir / CALIBRATION))
+    trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT,
+                        device, samples, read_calibration(run_dir / CALIBRATION))
+    for member in member_dirs(run_dir, trained.config.train.members):
+        if not (member / CHECKPOINT).is_file():
+            raise CheckpointError(f"{run_dir} is an ensemble of {trained.config.train.members}, but member "
+                                  f"{member.name} has no checkpoint: finish it with python -m bnn_zoo.train "
+                                  f"resume={run_dir}")
+        trained.members.append(load(member, device))
+    return trained
+
+
+def member_dirs(run_dir: Path, members: int) -> list[Path]:
+    """Where an ensemble's members 1 .. members-1 live (member 0 is the run itself)."""
+    return [Path(run_dir) / MEMBERS / str(i) for i in range(1, members)]
 
 
 def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibration: dict) -> Trained:
@@ -217,7 +242,7 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
 
 def _rules(calibration: dict) -> dict[str, Rule]:
     return {part: Rule.from_dict(calibration[part]["rule"]) if "rule" in calibration.get(part, {}) else Rule()
-            for part in ("bayes", "twin")}
+            for part in PARTS}
 
 
 def read_calibration(path: Path) -> dict:

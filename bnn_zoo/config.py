@@ -98,6 +98,14 @@ class TrainConfig:
     twin: bool = True
     twin_epochs: Optional[int] = None  # null: same as epochs
     twin_lr: Optional[float] = None  # null: same as lr
+    # MC dropout: train the twin with dropout at this rate after its hidden layers (LeNet-5: the fully
+    # connected ones) and sample it with dropout on (bnn_zoo.ladder.DropoutPosterior); 0: a plain twin.
+    twin_dropout: float = 0.0
+    # An ensemble: train this many copies of the network and of its twin, whose weights start from
+    # seeds seed, seed + 1, ... on the same data; the posterior is their mixture, the twins' a deep
+    # ensemble. Member 0 is the run itself, member N lives in RUN_DIR/members/N.
+    members: int = 1
+    member: int = 0  # which member a run is (set by training for RUN_DIR/members/N)
     progress: bool = True
     # Stop early once the validation accuracy reaches this (checked every eval_every epochs).
     stop_at_accuracy: Optional[float] = None
@@ -268,7 +276,8 @@ def _check(cfg: DictConfig) -> None:
                 "train.num_particles": cfg.train.num_particles,
                 "train.val_samples": cfg.train.val_samples,
                 "train.test_samples": cfg.train.test_samples, "train.eval_every": cfg.train.eval_every,
-                "model.guide_rank": cfg.model.guide_rank, "mcmc.num_samples": cfg.mcmc.num_samples,
+                "model.guide_rank": cfg.model.guide_rank, "train.members": cfg.train.members,
+                "mcmc.num_samples": cfg.mcmc.num_samples,
                 "mcmc.max_tree_depth": cfg.mcmc.max_tree_depth, "abstention.samples": cfg.abstention.samples}
     # null means "the default" for these; a number must be a real one
     positive.update({key: value for key, value in (
@@ -291,6 +300,11 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key {key!r}: must be >= 0, got {OmegaConf.select(cfg, key)}")
     if not 0 <= cfg.train.lr_min_factor <= 1:
         raise ConfigError(f"bad config key 'train.lr_min_factor': must lie in [0, 1], got {cfg.train.lr_min_factor}")
+    if not 0 <= cfg.train.twin_dropout < 1:
+        raise ConfigError(f"bad config key 'train.twin_dropout': a dropout rate in [0, 1), got {cfg.train.twin_dropout}")
+    if cfg.train.member < 0 or (cfg.train.member and cfg.train.members > 1):
+        raise ConfigError(f"bad config key 'train.member': set by training for an ensemble's members; leave it "
+                          f"out (got member {cfg.train.member} of members {cfg.train.members})")
     if not 0 <= cfg.seed < 2 ** 32:
         raise ConfigError(f"bad config key 'seed': must lie in [0, 2^32), got {cfg.seed}")
     for key in ("run_dir", "resume"):

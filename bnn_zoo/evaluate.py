@@ -16,14 +16,15 @@ import torch
 
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
-from .checkpoint import Trained, load
+from .checkpoint import PARTS, Trained, load
 from .config import pick_device
+from .cost import Cost
 from .data import load_torchvision, normalize
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
 from .ood import OOD_SETS, ood_images
-from .predict import sampled_probs
+from .ladder import posteriors, sampled_probs
 from .runs import write_atomic
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
@@ -90,15 +91,21 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
                  quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
                  device: str = "auto") -> dict:
-    """Every figure of ``eval.json``, for the BNN and the deterministic twin, under each model's
-    rule (see ``Trained.rules_for``). ``ood_size``: images per OOD set, or a size per set's name."""
+    """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
+    ``bnn_zoo.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
+    cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = DEFAULT_OOD[trained.config.data.name] if ood is None else ood
-    in_probs = sampled_probs(trained, normalize(images).to(trained.device), num_samples)
-    results = {part: {**{f"rule/{k}": v for k, v in rules[part].to_dict().items()},
-                      **{f"test/{k}": v for k, v in in_distribution(p, labels, rules[part]).items()}}
-               for part, p in in_probs.items()}
+    x = normalize(images).to(trained.device)
+    in_probs, results = {}, {}
+    for part, posterior in posteriors(trained).items():
+        with Cost(trained.device) as cost:
+            in_probs[part] = posterior.predict(x, num_samples)
+        results[part] = {"posterior": posterior.label, "cost/predict_seconds": cost.seconds,
+                         "cost/predict_peak_mb": cost.peak_mb, "cost/parameters": posterior.parameters_stored,
+                         **{f"rule/{k}": v for k, v in rules[part].to_dict().items()},
+                         **{f"test/{k}": v for k, v in in_distribution(in_probs[part], labels, rules[part]).items()}}
     skipped = {}
     for name in ood:
         try:
@@ -116,7 +123,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
 
 def table(results: dict) -> str:
     """The figures as a text table, one row per metric, a column per model."""
-    parts = [p for p in ("bayes", "twin") if p in results]
+    parts = [p for p in PARTS if p in results]
     keys = list(dict.fromkeys(k for p in parts for k in results[p]))
     width = max(len(k) for k in keys)
     lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in parts)]

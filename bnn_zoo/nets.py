@@ -9,15 +9,19 @@ import torch
 from torch import nn
 
 
-class MLP(nn.Module):
-    """Fully connected ReLU network; flattens image inputs."""
+def _dropout(p: float) -> list[nn.Module]:
+    return [nn.Dropout(p)] if p else []  # none at 0, so the layers' names stay those of a plain net
 
-    def __init__(self, in_features: int, hidden: list[int], out_features: int):
+
+class MLP(nn.Module):
+    """Fully connected ReLU network; flattens image inputs. ``dropout``: rate after each hidden layer."""
+
+    def __init__(self, in_features: int, hidden: list[int], out_features: int, dropout: float = 0.0):
         super().__init__()
         widths = [in_features, *hidden]
         layers: list[nn.Module] = [nn.Flatten()]
         for a, b in zip(widths[:-1], widths[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
+            layers += [nn.Linear(a, b), nn.ReLU(), *_dropout(dropout)]
         layers.append(nn.Linear(widths[-1], out_features))
         self.layers = nn.Sequential(*layers)
 
@@ -26,16 +30,17 @@ class MLP(nn.Module):
 
 
 class LeNet5(nn.Module):
-    """LeNet-5 for 1x28x28 inputs: conv 6@5x5 (padded to 28x28), pool, conv 16@5x5, pool, 120-84-10."""
+    """LeNet-5 for 1x28x28 inputs: conv 6@5x5 (padded to 28x28), pool, conv 16@5x5, pool, 120-84-10.
+    ``dropout``: rate after each hidden fully connected layer."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, dropout: float = 0.0):
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
         self.classifier = nn.Sequential(
-            nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
-            nn.Linear(84, num_classes))
+            nn.Linear(16 * 5 * 5, 120), nn.ReLU(), *_dropout(dropout), nn.Linear(120, 84), nn.ReLU(),
+            *_dropout(dropout), nn.Linear(84, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))

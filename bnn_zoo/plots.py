@@ -258,3 +258,31 @@ def scoreboard(rows: dict[str, dict[str, dict]], sets: list[str], path: Path) ->
     axes[0].legend(fontsize=7)
     fig.suptitle("out-of-distribution sets: refused under each rule, and separated by the best score")
     return _save(fig, path, 110)
+
+
+def ladder(rows: dict[str, dict], sets: list[str], path: Path) -> Figure:
+    """The ladder of posteriors: AUROC per OOD set per posterior (a heat map with its numbers), and
+    each posterior's mean OOD refusal against its error rate among the test inputs it accepts.
+    ``rows[posterior]`` holds ``auroc`` ({set: value}), ``risk`` and ``refused``."""
+    names = list(rows)
+    fig = Figure(figsize=(max(10.0, 0.8 * len(sets) + 6), 1.0 + 0.55 * max(4, len(names))))
+    heat, scatter = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(2, len(sets)) / 2.5, 2]})
+    values = np.array([[rows[n]["auroc"].get(s, np.nan) for s in sets] for n in names], dtype=float)
+    image = heat.imshow(values, cmap="viridis", vmin=0.5, vmax=1.0, aspect="auto")
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            heat.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7,
+                      color="black" if v > 0.8 else "white")
+    heat.set_xticks(range(len(sets)), sets, rotation=30, ha="right", fontsize=8)
+    heat.set_yticks(range(len(names)), names, fontsize=8)
+    heat.set_title("AUROC against the test set", fontsize=10)
+    fig.colorbar(image, ax=heat, fraction=0.03)
+    for k, n in enumerate(names):
+        scatter.scatter(100 * rows[n]["risk"], 100 * rows[n]["refused"], s=40, label=n,
+                        color=f"C{k % 10}")
+    scatter.set(xlabel="errors among accepted test inputs (%)", ylabel="OOD inputs refused, mean over sets (%)",
+                ylim=(0, 102))
+    scatter.grid(alpha=0.3)
+    scatter.legend(fontsize=7)
+    scatter.set_title("refusal against in-distribution risk, certified rules", fontsize=10)
+    return _save(fig, path, 110)

@@ -16,10 +16,10 @@ from .abstention import abstain, risk_coverage
 from .data import normalize
 from .evaluate import in_distribution, load_for_evaluation
 from .ood import ood_images
-from .predict import sampled_probs
+from .ladder import sampled_probs
 from .metrics import reliability_bins
 
-LABELS = {"bayes": "Bayesian", "twin": "deterministic"}
+LABELS = {"bayes": "Bayesian", "twin": "deterministic", "hmc": "HMC"}
 OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
 
 
@@ -95,7 +95,7 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid
 
 
 def table(result: dict, ood: str) -> str:
-    parts = [p for p in ("bayes", "twin") if p in result]
+    parts = [p for p in LABELS if p in result]
     names = {"refused_mnist": "refused on MNIST", "accuracy_accepted_mnist": "accuracy on accepted MNIST",
              "forced_accuracy_mnist": "forced accuracy (MNIST)", f"refused_{ood}": f"refused on {OOD_TITLES.get(ood, ood)}"}
     lines = [f"{'':<28}" + "".join(f"{LABELS[p]:>15}" for p in parts)]

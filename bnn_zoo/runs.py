@@ -9,16 +9,18 @@ Usage::
 from __future__ import annotations
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT
+from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from .errors import ConfigError
 
 LOCK = ".lock"
-# Every file a run writes into its directory (bnn_zoo.train, bnn_zoo.calibrate, bnn_zoo.evaluate).
+# Everything a run writes into its directory (bnn_zoo.train, bnn_zoo.calibrate, bnn_zoo.evaluate);
+# MEMBERS is the folder of an ensemble's other members.
 RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, "metrics.json",
-             "eval.json", "training.png", "predictive.png")
+             "eval.json", "training.png", "predictive.png", MEMBERS)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -60,7 +62,8 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
 def remove_run_files(run_dir: Path) -> None:
     """Delete the run files in ``run_dir`` (a run replaced with overwrite=true)."""
     for name in existing_run(run_dir):
-        (run_dir / name).unlink()
+        path = run_dir / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _lock(f) -> bool:

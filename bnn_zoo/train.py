@@ -31,7 +31,9 @@ from .checkpoint import (
     build_from_config,
     config_dict,
     load,
+    member_dirs,
     read,
+    restamp,
     save_atomic,
     save_bayes,
     save_twin,
@@ -42,9 +44,10 @@ from .config import load_config, make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, TOY_PLOT_RANGES, Splits, TensorSet, load_splits
 from .elbo import SplitELBO
 from .errors import ConfigError, TrainingError
+from .ladder import SampledPosterior, posteriors
 from .loop import adam, fit, make_scheduler, reached
 from .mcmc import nuts_posterior
-from .predict import predict
+from .sampling import predict
 from .reparam import LocalReparameterization
 from .runs import claim, remove_run_files, write_atomic
 
@@ -84,10 +87,13 @@ def train(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     with claim(run_dir, cfg.overwrite, resuming=bool(cfg.resume)):
         stored = read_for_resume(cfg, run_dir / CHECKPOINT, device) if cfg.resume else None
-        pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
+        pyro.set_rng_seed(cfg.seed + cfg.train.member)  # python, numpy and torch; each member its own
         splits = load_splits(cfg, device)
         if not cfg.resume:
             remove_run_files(run_dir)  # overwrite=true: the old run goes only now the new one can start
+        for path in (run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT) if stored else ():
+            if path.is_file():
+                restamp(path, cfg)
         write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
         return _train(cfg, stored, splits, device, run_dir)
 
@@ -103,8 +109,12 @@ def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir
     metrics = {"config": config_dict(cfg), "bayes": train_bayes(cfg, splits, device, run_dir, log, stored, run_id)}
     if cfg.train.twin:
         metrics["twin"] = train_twin(cfg, splits, device, run_dir, log, stored and stored["twin"], run_id)
+    if cfg.train.members > 1:
+        metrics["members"] = train_members(cfg, run_dir, log)
     if cfg.infer == "nuts":
         metrics["hmc"] = run_hmc(cfg, splits, run_dir, log)
+    if cfg.train.members > 1:
+        metrics["ensemble"] = test_ensemble(cfg, splits, run_dir, device, log)
     if cfg.abstention.calibrate and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
         found = calibrate_run(run_dir, str(device), seed=cfg.seed, data_root=cfg.data.root)  # cfg.abstention
         metrics["calibration"] = found
@@ -117,9 +127,40 @@ def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir
     return metrics
 
 
+def train_members(cfg: DictConfig, run_dir: Path, log) -> list[dict]:
+    """Members 1, 2, ... of an ensemble, each a run of its own in RUN_DIR/members/N (continued where
+    it has a checkpoint: a resumed or extended ensemble trains only what is missing); their test
+    figures."""
+    found = []
+    for i, member_dir in enumerate(member_dirs(run_dir, cfg.train.members), start=1):
+        started = (member_dir / CHECKPOINT).is_file()
+        member = make_config(config_dict(cfg), {
+            "run_dir": str(member_dir), "resume": str(member_dir) if started else None, "overwrite": False,
+            "train": {"members": 1, "member": i}, "abstention": {"calibrate": False}})
+        log(f"ensemble member {i} of {cfg.train.members} (seed {cfg.seed + i}) in {member_dir}")
+        figures = train(member)
+        found.append({part: {k: v for k, v in figures[part].items() if k != "history"}
+                      for part in ("bayes", "twin") if part in figures})
+    return found
+
+
+@torch.no_grad()
+def test_ensemble(cfg: DictConfig, splits: Splits, run_dir: Path, device, log) -> dict:
+    """The test figures of the ensemble's mixtures (guides, and twins: the deep ensemble)."""
+    found = {}
+    trained = load(run_dir, device)
+    for part, posterior in posteriors(trained).items():
+        probs = posterior.predict(splits.test.x, cfg.train.test_samples)
+        figures = _prefixed("test", trained.model.likelihood.metrics(probs, splits.test.y))
+        found[part] = {"label": posterior.label, **figures}
+        log(f"{posterior.label} test: {_figures(figures)}")
+    return found
+
+
 # What a resumed run may change: how long and how fast it trains from here, how it reports, where
-# it runs and reads data, and the abstention calibrated at its end. The rest defines the model.
-RESUMABLE = ("train.epochs", "train.twin_epochs", "train.lr", "train.twin_lr", "train.lr_schedule",
+# it runs and reads data, the abstention calibrated at its end, and how many members an ensemble
+# has (the new ones are trained). The rest defines the model.
+RESUMABLE = ("train.members", "train.epochs", "train.twin_epochs", "train.lr", "train.twin_lr", "train.lr_schedule",
              "train.lr_min_factor", "train.lr_step", "train.lr_gamma", "train.eval_every",
              "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
@@ -262,8 +303,12 @@ def train_twin(cfg, splits: Splits, device, run_dir: Path, log, stored: dict | N
     kept = Kept(path, cfg, lr, stored["epoch"] if stored else None)
 
     @torch.no_grad()
-    def evaluate(data: TensorSet) -> dict:
-        return twin.likelihood.metrics(twin(data.x).unsqueeze(0), data.y)
+    def evaluate(data: TensorSet) -> dict:  # in eval mode: dropout off (MC dropout is bnn_zoo.ladder's)
+        twin.eval()
+        try:
+            return twin.likelihood.metrics(twin(data.x).unsqueeze(0), data.y)
+        finally:
+            twin.train()
 
     def after_epoch(record: dict, due: bool) -> None:
         history.append(record)
@@ -308,17 +353,16 @@ def _line(label: str, record: dict) -> str:
 
 @torch.no_grad()
 def plot_toy(cfg, splits: Splits, run_dir: Path, device) -> dict[str, float]:
-    """The toy run's predictive, epistemic and aleatoric bands (mean-field VI, and HMC when the run
-    drew it), over ranges well beyond the data. Returns each posterior's largest epistemic sd
+    """The toy run's predictive, epistemic and aleatoric bands (its guide or ensemble, and HMC when
+    the run drew it: every sample), over ranges well beyond the data. Returns each posterior's largest epistemic sd
     between the smallest and largest training x: the doubt between the data clusters."""
     trained = load(run_dir, device)
-    posteriors = {f"{cfg.model.guide} VI": (trained.guide, cfg.train.test_samples)}
-    if trained.samples is not None:
-        posteriors["HMC (NUTS)"] = (trained.samples, None)  # every sample
+    shown = [p for part, p in posteriors(trained).items() if part != "twin"]  # the twin is drawn as a line
     panels = []
     for lo, hi in TOY_PLOT_RANGES[cfg.data.name]:
         grid = torch.linspace(lo, hi, 801, device=device).unsqueeze(-1)
-        samples = {label: predict(trained.model, posterior, grid, n) for label, (posterior, n) in posteriors.items()}
+        samples = {p.label: p.predict(grid, p.total if isinstance(p, SampledPosterior) else cfg.train.test_samples)
+                   for p in shown}
         twin = trained.twin(grid) if trained.twin is not None else None
         panels.append((grid[:, 0], samples, twin, TOY_FUNCTIONS[cfg.data.name](grid[:, 0])))
     plots.toy_predictive(panels, splits.train.x.squeeze(-1), splits.train.y, run_dir / "predictive.png",

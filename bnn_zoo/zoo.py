@@ -23,7 +23,7 @@ NUM_CLASSES = 10
 
 @dataclass(frozen=True)
 class Recipe:
-    make_net: Callable[[list[int], int], nn.Module]  # (hidden widths, outputs) -> plain network
+    make_net: Callable[[list[int], int, float], nn.Module]  # (hidden widths, outputs, dropout) -> plain network
     likelihood: str  # a name of bnn_zoo.likelihoods.make_likelihood
     datasets: tuple[str, ...]  # the first is the default
     input_shape: tuple[int, ...]
@@ -35,11 +35,11 @@ class Recipe:
 
 
 ARCHITECTURES: dict[str, Recipe] = {
-    "toy_mlp": Recipe(lambda hidden, outputs: MLP(1, hidden, outputs), "gaussian",
+    "toy_mlp": Recipe(lambda hidden, outputs, dropout: MLP(1, hidden, outputs, dropout), "gaussian",
                       ("polynomial", "sinusoid"), (1,), (50, 50)),
-    "mnist_mlp": Recipe(lambda hidden, outputs: MLP(784, hidden, outputs), "categorical",
+    "mnist_mlp": Recipe(lambda hidden, outputs, dropout: MLP(784, hidden, outputs, dropout), "categorical",
                         ("mnist", "fashion_mnist"), (1, 28, 28), (400, 400)),
-    "lenet": Recipe(lambda hidden, outputs: LeNet5(outputs), "categorical",
+    "lenet": Recipe(lambda hidden, outputs, dropout: LeNet5(outputs, dropout), "categorical",
                     ("mnist", "fashion_mnist"), (1, 28, 28)),
 }
 
@@ -63,17 +63,21 @@ def _widths(arch: str, hidden: Optional[list[int]]) -> list[int]:
     return list(hidden)
 
 
-def make_net(arch: str, hidden: Optional[list[int]] = None, noise: str = "fixed") -> nn.Module:
-    """The plain network of an architecture (logits, or a regression's mean [and noise output])."""
+def make_net(arch: str, hidden: Optional[list[int]] = None, noise: str = "fixed", dropout: float = 0.0) -> nn.Module:
+    """The plain network of an architecture (logits, or a regression's mean [and noise output]),
+    with dropout at rate ``dropout`` after its hidden layers when it is above 0."""
+    if not 0 <= dropout < 1:
+        raise ValueError(f"dropout is a rate in [0, 1), got {dropout}")
     outputs = make_likelihood(architecture(arch).likelihood, noise=noise, num_classes=NUM_CLASSES).outputs
-    return architecture(arch).make_net(_widths(arch, hidden), outputs)
+    return architecture(arch).make_net(_widths(arch, hidden), outputs, dropout)
 
 
 def make_twin(arch: str, hidden: Optional[list[int]] = None, noise: str = "fixed",
-              noise_scale: float = 1.0) -> Twin:
-    """The deterministic twin: the plain network with its own likelihood (and noise scale)."""
+              noise_scale: float = 1.0, dropout: float = 0.0) -> Twin:
+    """The deterministic twin: the plain network with its own likelihood (and noise scale); with
+    ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.ladder.DropoutPosterior`` samples it."""
     likelihood = make_likelihood(architecture(arch).likelihood, None, noise, noise_scale, NUM_CLASSES)
-    return Twin(make_net(arch, hidden, noise), likelihood)
+    return Twin(make_net(arch, hidden, noise, dropout), likelihood)
 
 
 def build(arch: str, num_data: Optional[int] = None, hidden: Optional[list[int]] = None,

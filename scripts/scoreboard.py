@@ -1,9 +1,11 @@
-"""The out-of-distribution scoreboard: for each trained classifier run and its deterministic twin,
-one table (markdown and JSON) and a plot. In distribution: accuracy, NLL, ECE, refused, accuracy on
+"""The out-of-distribution scoreboard: for each trained classifier run and every posterior it holds
+(its Bayesian network or ensemble, its twin, MC dropout or deep ensemble, HMC: bnn_zoo.ladder), one
+table (markdown and JSON) and plots. In distribution: accuracy, NLL, ECE, refused, accuracy on
 accepted, AURC, risk at 95% and 99% coverage. Per OOD set (the far ones, and the near ones that
 bnn_zoo.ood builds from MNIST test digits and the machine's fonts): refused under the run's
 certified rule and under the seed's quantile rule, AUROC / AUPR / FPR95 by entropy and by mutual
-information.
+information. Then the ladder: one row per posterior with its AUROC per set and its cost (training
+minutes, seconds and peak MB to predict the test set, numbers stored), and ladder.png.
 
 Usage: python scripts/scoreboard.py mnist_mlp lenet lenet_fashion [--out scoreboard] [--samples 100]
            [--ood-size 10000] [--near-size 2000]        # shipped posteriors, or run directories
@@ -13,11 +15,10 @@ import sys
 from pathlib import Path
 
 from bnn_zoo import cli, plots
-from bnn_zoo.checkpoint import load
+from bnn_zoo.checkpoint import MEMBERS, PARTS, load
 from bnn_zoo.evaluate import DEFAULT_OOD, evaluate_run
 from bnn_zoo.ood import NEAR
 
-MODELS = {"bayes": "Bayesian", "twin": "twin"}
 IN_DISTRIBUTION = [("accuracy", "accuracy"), ("nll", "NLL"), ("ece", "ECE"), ("refused", "refused"),
                    ("accuracy_accepted", "acc. accepted"), ("aurc", "AURC"), ("risk_at_95", "risk @95%"),
                    ("risk_at_99", "risk @99%")]
@@ -40,11 +41,34 @@ def score(run_dir: str, samples: int, ood_size: int, near_size: int, **kwargs) -
     sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
     result = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
     result["far"], result["near"] = far, [n for n in near if n not in result["skipped"]]
-    for part in MODELS:
+    for part, seconds in training_seconds(run_dir).items():
+        if part in result:
+            result[part]["cost/train_seconds"] = seconds
+    for part in PARTS:
         if part in result and result["near"]:
-            refused = [result[part][f"ood/refused_{n}"] for n in result["near"]]
-            result[part]["near/mean_refused"] = sum(refused) / len(refused)
+            r = result[part]
+            r["near/mean_refused"] = sum(r[f"ood/refused_{n}"] for n in result["near"]) / len(result["near"])
+            r["near/mean_auroc"] = sum(best_auroc(r, n) for n in result["near"]) / len(result["near"])
     return result
+
+
+def best_auroc(row: dict, name: str) -> float:
+    """AUROC by mutual information where the posterior is sampled, else by entropy."""
+    return row.get(f"ood/auroc_mi_{name}", row[f"ood/auroc_{name}"])
+
+
+def training_seconds(run_dir: str) -> dict[str, float]:
+    """Seconds each posterior took to train, from metrics.json (an ensemble's: all its members');
+    nothing for a shipped posterior, which has none."""
+    runs = [Path(run_dir), *sorted(Path(run_dir, MEMBERS).glob("*"))]
+    metrics = [json.loads((r / "metrics.json").read_text()) for r in runs if (r / "metrics.json").is_file()]
+    found = {}
+    for part in ("bayes", "twin"):
+        if metrics and part in metrics[0]:
+            found[part] = sum(h["seconds"] for m in metrics for h in m.get(part, {}).get("history", []))
+    if metrics and "hmc" in metrics[0]:
+        found["hmc"] = found.get("bayes", 0.0) + metrics[0]["hmc"]["seconds"]  # NUTS starts after SVI
+    return found
 
 
 def _cell(value, percent: bool) -> str:
@@ -57,10 +81,8 @@ def markdown(results: dict[str, dict]) -> str:
     lines = ["| run | model | rule | " + " | ".join(label for _, label in IN_DISTRIBUTION) + " | near-OOD refused (mean) |",
              "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
     for run, r in results.items():
-        for part, model in MODELS.items():
-            if part not in r:
-                continue
-            row = r[part]
+        for part in [p for p in PARTS if p in r]:
+            row, model = r[part], r[part]["posterior"]
             rule = f"q>={row['rule/threshold']}" + (f", {'MI' if row['rule/signal'] == 'mutual_information' else 'H'}"
                                                     f"<={row['rule/cut']:.3g}" if row["rule/signal"] else "")
             cells = [_cell(row[f"test/{k}"], k in ("accuracy", "refused", "accuracy_accepted")) for k, _ in IN_DISTRIBUTION]
@@ -73,11 +95,44 @@ def markdown(results: dict[str, dict]) -> str:
         for name in r["far"] + r["near"]:
             if name in r["skipped"]:
                 continue
-            for part, model in MODELS.items():
-                if part in r:
-                    lines.append(f"| {name}{' (near)' if name in r['near'] else ''} | {model} | " + " | ".join(
-                        _cell(r[part].get(f"ood/{k}_{name}"), k.startswith("refused")) for k, _ in PER_SET) + " |")
+            for part in [p for p in PARTS if p in r]:
+                lines.append(f"| {name}{' (near)' if name in r['near'] else ''} | {r[part]['posterior']} | " + " | ".join(
+                    _cell(r[part].get(f"ood/{k}_{name}"), k.startswith("refused")) for k, _ in PER_SET) + " |")
+    return "\n".join(lines + ["", ladder_table(results)])
+
+
+def ladder_rows(results: dict[str, dict]) -> dict[str, tuple[dict, dict]]:
+    """{"run: posterior": (the run's result, the posterior's row)} over every run and posterior."""
+    return {f"{Path(run).name}: {r[part]['posterior']}": (r, r[part])
+            for run, r in results.items() for part in PARTS if part in r}
+
+
+def ladder_table(results: dict[str, dict]) -> str:
+    """The ladder: per posterior, accuracy, NLL, AUROC per OOD set (mutual information where it is
+    sampled, else entropy), the mean over the near sets, and the cost columns."""
+    sets = list(dict.fromkeys(n for r in results.values() for n in r["far"] + r["near"] if n not in r["skipped"]))
+    lines = ["| posterior | accuracy | NLL | " + " | ".join(f"AUROC {n}" for n in sets) +
+             " | near AUROC (mean) | training min | predict s | predict MB | numbers stored |",
+             "|" + " --- |" * (len(sets) + 8)]
+    for label, (r, row) in ladder_rows(results).items():
+        aurocs = [_cell(best_auroc(row, n), False) if f"ood/auroc_{n}" in row else "" for n in sets]
+        minutes = row.get("cost/train_seconds")
+        mb = row["cost/predict_peak_mb"]
+        lines.append(f"| {label} | {_cell(row['test/accuracy'], True)} | {row['test/nll']:.4f} | " + " | ".join(aurocs) +
+                     f" | {_cell(row.get('near/mean_auroc'), False)} | {'n/a' if minutes is None else f'{minutes / 60:.1f}'}"
+                     f" | {row['cost/predict_seconds']:.1f} | {'n/a' if mb is None else f'{mb:.0f}'} | {row['cost/parameters']:,} |")
     return "\n".join(lines)
+
+
+def plot_ladder(results: dict[str, dict], out: Path) -> None:
+    sets = list(dict.fromkeys(n for r in results.values() for n in r["far"] + r["near"] if n not in r["skipped"]))
+    rows = {}
+    for label, (r, row) in ladder_rows(results).items():
+        shown = [n for n in sets if f"ood/refused_{n}" in row]
+        rows[label] = {"auroc": {n: best_auroc(row, n) for n in shown},
+                       "risk": 1 - row["test/accuracy_accepted"],
+                       "refused": sum(row[f"ood/refused_{n}"] for n in shown) / max(1, len(shown))}
+    plots.ladder(rows, sets, out / "ladder.png")
 
 
 def plot(results: dict[str, dict], out: Path) -> None:
@@ -114,6 +169,7 @@ def main(argv=None) -> int:
         table = markdown(results)
         (out / "scoreboard.md").write_text(table + "\n")
         plot(results, out)
+        plot_ladder(results, out)
         print(table)
         return 0
 

@@ -13,7 +13,7 @@ from bnn_zoo import cli
 from bnn_zoo.checkpoint import load, ship
 from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import in_distribution, load_for_evaluation
-from bnn_zoo.predict import sampled_probs
+from bnn_zoo.ladder import sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)
@@ -24,7 +24,7 @@ def compare(run_dir: str, name: str, samples: int, test_size: int | None, seed: 
     figures = {}
     for label, source in (("run", trained), ("shipped", load(name))):
         pyro.set_rng_seed(seed)
-        figures[label] = {part: in_distribution(p, labels, source.rules[part])
+        figures[label] = {part: in_distribution(p, labels, source.rules_for()[part])
                           for part, p in sampled_probs(source, x, samples).items()}
     return figures
 

@@ -137,11 +137,28 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     assert bayes["near/mean_refused"] == pytest.approx(sum(near) / len(near))
     # the markdown shows the JSON's figures
     assert (out / "scoreboard.md").read_text().strip() == printed.strip()
-    row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | Bayesian |"))
+    row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | mean-field VI |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == f"{100 * bayes['ood/refused_rotated']:.2f}%"
     assert cells[4] == f"{bayes['ood/auroc_rotated']:.4f}" and cells[7] == f"{bayes['ood/auroc_mi_rotated']:.4f}"
     assert (out / f"scoreboard_{certified_run.name}.png").stat().st_size > 0
+    # the ladder: a row per posterior, AUROC by mutual information for the sampled one, entropy for
+    # the twin, and what each cost
+    metrics = json.loads((certified_run / "metrics.json").read_text())
+    for part, label in (("bayes", "mean-field VI"), ("twin", "MAP (the twin)")):
+        r = results[part]
+        row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run.name}: {label} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        key = "auroc_mi" if part == "bayes" else "auroc"
+        assert cells[3] == f"{r[f'ood/{key}_notmnist']:.4f}"
+        mean_near = sum(r[f"ood/{key}_{n}"] for n in results["near"]) / len(results["near"])
+        assert cells[13] == f"{mean_near:.4f}" == f"{r['near/mean_auroc']:.4f}"
+        trained_for = sum(h["seconds"] for h in metrics[part]["history"])
+        assert r["cost/train_seconds"] == pytest.approx(trained_for) and cells[14] == f"{trained_for / 60:.1f}"
+        assert cells[15] == f"{r['cost/predict_seconds']:.1f}" and float(cells[15]) >= 0
+        stored = 2 * (784 * 32 + 32 + 32 * 10 + 10) if part == "bayes" else 784 * 32 + 32 + 32 * 10 + 10
+        assert cells[17] == f"{stored:,}" and r["cost/parameters"] == stored  # loc and scale per weight
+    assert (out / "ladder.png").stat().st_size > 0
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):

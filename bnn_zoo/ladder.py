@@ -1,0 +1,219 @@
+"""The ladder of posteriors behind one interface: ``posterior.predict(x, num_samples)`` gives
+sampled predictions [S, N, C] (class probabilities, or a regression's (mean, noise sd)), with memory
+beyond the result bounded by chunk_size x batch_size activations, whatever the rung.
+
+Rungs: ``VariationalPosterior`` (a guide: mean-field, low-rank), ``SampledPosterior`` (HMC weight
+samples), ``PointPosterior`` (the twin: point weights, one prediction), ``DropoutPosterior`` (MC
+dropout on a twin trained with dropout) and ``Mixture`` (an ensemble of any of them: K mean-field
+guides from different seeds, or K twins, the deep ensemble). ``posteriors(trained)`` gives the ones a
+trained run holds, under the names its rules and figures use ("bayes", "twin", "hmc").
+
+Usage::
+
+    found = posteriors(bnn_zoo.load("runs/lenet_ensemble"))    # {"bayes": Mixture, "twin": Mixture}
+    probs = found["bayes"].predict(x, num_samples=100)          # [100, N, 10]
+    found["twin"].label, found["twin"].parameters_stored        # "deep ensemble of 5 twins", 308,530
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
+from torch import nn
+
+from .bnn import BayesianNet
+from .checkpoint import Trained
+from .sampling import check_inputs, predict
+from .twin import Twin
+
+
+class Posterior(ABC):
+    """What any rung offers: sampled predictions, a label, and how many numbers it stores."""
+
+    label: str
+    stochastic: bool = True  # False: one prediction per input (a point estimate)
+
+    @abstractmethod
+    def predict(self, x: torch.Tensor, num_samples: int = 100, chunk_size: int = 10,
+                batch_size: int = 500) -> torch.Tensor:
+        """Sampled predictions [S, N, ...] on ``x``: S = num_samples, or 1 for a point estimate."""
+
+    @property
+    @abstractmethod
+    def parameters_stored(self) -> int:
+        """The numbers a saved copy of this posterior holds (what prediction needs)."""
+
+    def rows(self, num_samples: int) -> int:
+        """How many predictions per input ``predict`` returns for ``num_samples``."""
+        return num_samples if self.stochastic else 1
+
+
+def _count(*modules: nn.Module) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters())
+
+
+class VariationalPosterior(Posterior):
+    """A guide of a Bayesian network (``bnn_zoo.guides``): weights drawn from it."""
+
+    def __init__(self, model: BayesianNet, guide: nn.Module):
+        self.model, self.guide = model, guide
+        self.stochastic = not isinstance(guide, AutoDelta)
+        self.label = ("MAP (delta guide)" if not self.stochastic else
+                      f"low-rank VI (rank {guide.rank})" if isinstance(guide, AutoLowRankMultivariateNormal) else
+                      "mean-field VI")
+
+    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
+        return predict(self.model, self.guide, x, self.rows(num_samples), chunk_size, batch_size)
+
+    @property
+    def parameters_stored(self) -> int:
+        return _count(self.guide, self.model)
+
+
+class SampledPosterior(Posterior):
+    """Weight samples {site: [S, *shape]} (NUTS): ``num_samples`` evenly spaced ones, None for all."""
+
+    def __init__(self, model: BayesianNet, samples: dict[str, torch.Tensor]):
+        self.model, self.samples = model, samples
+        self.total = len(next(iter(samples.values())))
+        self.label = f"HMC (NUTS, {self.total} samples)"
+
+    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
+        return predict(self.model, self.samples, x, min(num_samples or self.total, self.total), chunk_size, batch_size)
+
+    def rows(self, num_samples: int) -> int:
+        return min(num_samples or self.total, self.total)
+
+    @property
+    def parameters_stored(self) -> int:
+        return sum(v.numel() for v in self.samples.values()) + _count(self.model)
+
+
+class PointPosterior(Posterior):
+    """A twin's point weights: one prediction per input, whatever num_samples is."""
+
+    stochastic = False
+
+    def __init__(self, twin: Twin, label: str = "MAP (the twin)"):
+        self.twin, self.label = twin, label
+
+    @torch.no_grad()
+    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
+        check_inputs(x)
+        was_training = self.twin.training
+        self.twin.eval()
+        try:
+            return torch.cat([self.twin(xb) for xb in x.split(batch_size)])[None]
+        finally:
+            self.twin.train(was_training)
+
+    @property
+    def parameters_stored(self) -> int:
+        return _count(self.twin)
+
+
+class DropoutPosterior(Posterior):
+    """MC dropout (Gal & Ghahramani 2016): a twin trained with dropout, sampled with its dropout on.
+    Each chunk of samples is one pass over the batch repeated chunk_size times (fresh masks per copy)."""
+
+    def __init__(self, twin: Twin):
+        self.twin = twin
+        self.rates = [m.p for m in twin.modules() if isinstance(m, nn.Dropout)]
+        if not self.rates:
+            raise ValueError("MC dropout needs a twin trained with dropout (train.twin_dropout > 0)")
+        self.label = f"MC dropout (p = {self.rates[0]:g})"
+
+    @torch.no_grad()
+    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
+        check_inputs(x)
+        if not (num_samples and num_samples >= 1 and chunk_size >= 1 and batch_size >= 1):
+            raise ValueError("num_samples, chunk_size and batch_size must be positive")
+        was_training = self.twin.training
+        self.twin.eval()
+        for m in self.twin.modules():
+            if isinstance(m, nn.Dropout):
+                m.train()
+        try:
+            out = None
+            for start in range(0, num_samples, chunk_size):
+                n = min(chunk_size, num_samples - start)
+                for first, xb in zip(range(0, len(x), batch_size), x.split(batch_size)):
+                    piece = self.twin(xb.repeat(n, *[1] * (xb.dim() - 1)))
+                    piece = piece.reshape(n, len(xb), *piece.shape[1:])
+                    if out is None:
+                        out = piece.new_empty(num_samples, len(x), *piece.shape[2:])
+                    out[start:start + n, first:first + len(xb)] = piece
+            return out
+        finally:
+            self.twin.train(was_training)
+
+    @property
+    def parameters_stored(self) -> int:
+        return _count(self.twin)
+
+
+class Mixture(Posterior):
+    """An equally weighted ensemble: num_samples split as evenly as possible over the members
+    (a point estimate gives its one prediction), their predictions stacked."""
+
+    def __init__(self, members: list[Posterior], label: str):
+        if len(members) < 2:
+            raise ValueError("a mixture needs at least two members")
+        self.members, self.label = members, label
+
+    def _shares(self, num_samples: int) -> list[int]:
+        k = len(self.members)
+        if num_samples < k and any(m.stochastic for m in self.members):
+            raise ValueError(f"an ensemble of {k} members needs at least {k} samples, got {num_samples}")
+        return [m.rows(num_samples // k + (i < num_samples % k)) for i, m in enumerate(self.members)]
+
+    def rows(self, num_samples: int) -> int:
+        return sum(self._shares(num_samples))
+
+    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
+        shares = self._shares(num_samples)
+        out, start = None, 0
+        for member, n in zip(self.members, shares):
+            piece = member.predict(x, n, chunk_size, batch_size)
+            if out is None:
+                out = piece.new_empty(sum(shares), *piece.shape[1:])
+            out[start:start + len(piece)] = piece
+            start += len(piece)
+            del piece
+        return out
+
+    @property
+    def parameters_stored(self) -> int:
+        return sum(m.parameters_stored for m in self.members)
+
+
+def _twin_posterior(twin: Twin) -> Posterior:
+    if any(isinstance(m, nn.Dropout) for m in twin.modules()):
+        return DropoutPosterior(twin)
+    return PointPosterior(twin)
+
+
+def posteriors(trained: Trained) -> dict[str, Posterior]:
+    """The posteriors a trained run holds: "bayes" (its guide, or the mixture of its ensemble's
+    guides), "twin" (the twin, MC dropout, or the deep ensemble of the members' twins) where it
+    trained one, and "hmc" where it drew NUTS samples."""
+    runs = [trained, *trained.members]
+    bayes = [VariationalPosterior(t.model, t.guide) for t in runs]
+    found: dict[str, Posterior] = {
+        "bayes": bayes[0] if len(bayes) == 1 else Mixture(bayes, f"ensemble of {len(bayes)} {bayes[0].label}")}
+    twins = [_twin_posterior(t.twin) for t in runs if t.twin is not None]
+    if len(twins) == 1:
+        found["twin"] = twins[0]
+    elif twins:
+        kind = "twins" if isinstance(twins[0], PointPosterior) else twins[0].label
+        found["twin"] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
+    if trained.samples is not None:
+        found["hmc"] = SampledPosterior(trained.model, trained.samples)
+    return found
+
+
+def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:
+    """Each posterior's sampled predictions on ``x``: [num_samples, N, C] ([1, N, C] for a point
+    estimate, [K, N, C] for a deep ensemble of K twins)."""
+    return {part: posterior.predict(x, num_samples) for part, posterior in posteriors(trained).items()}

@@ -1,0 +1,246 @@
+import json
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+from conftest import SHARED_DATA, SMALL, ZOO, example_batch, tiny_config
+
+from bnn_zoo import build, load, make_twin, predict
+from bnn_zoo.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS
+from bnn_zoo.cost import Cost
+from bnn_zoo.data import load_splits
+from bnn_zoo.errors import ConfigError
+from bnn_zoo.ladder import (
+    DropoutPosterior,
+    Mixture,
+    PointPosterior,
+    SampledPosterior,
+    VariationalPosterior,
+    posteriors,
+)
+from bnn_zoo.train import config_for_run, train
+
+
+def twin_of(arch, dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    return make_twin(arch, SMALL[arch], dropout=dropout).eval()
+
+
+@pytest.mark.parametrize("arch", ZOO)
+def test_a_mixture_splits_the_samples_over_its_members_and_stacks_their_predictions(arch):
+    """5 samples over (a guide, a point estimate): 3 from the guide, the twin's single prediction."""
+    model, guide = build(arch, num_data=100, hidden=SMALL[arch], init_scale=0.1)
+    twin = twin_of(arch)
+    x, _ = example_batch(arch, 6)
+    guide(x)  # its parameters exist before the seeded draws
+    mixture = Mixture([VariationalPosterior(model, guide), PointPosterior(twin)], "both")
+    pyro.set_rng_seed(3)
+    out = mixture.predict(x, 5, chunk_size=2, batch_size=4)
+    pyro.set_rng_seed(3)
+    first = predict(model, guide, x, 3, chunk_size=2, batch_size=4)
+    assert out.shape[0] == mixture.rows(5) == 4
+    assert torch.equal(out[:3], first)
+    assert torch.allclose(out[3], twin(x), atol=1e-6)
+    assert mixture.parameters_stored == sum(p.numel() for p in [*guide.parameters(), *twin.parameters()])
+
+
+def test_a_deep_ensemble_gives_one_prediction_per_twin_and_an_ensemble_needs_a_sample_per_member():
+    twins = [twin_of("lenet", seed=s) for s in range(3)]
+    x, _ = example_batch("lenet", 5)
+    deep = Mixture([PointPosterior(t) for t in twins], "deep")
+    out = deep.predict(x, 100)
+    assert out.shape == (3, 5, 10)
+    for k, twin in enumerate(twins):
+        assert torch.allclose(out[k], twin(x), atol=1e-6)
+    model, guide = build("lenet", num_data=100)
+    guides = Mixture([VariationalPosterior(model, guide)] * 3, "three")
+    with pytest.raises(ValueError, match="ensemble of 3 members needs at least 3 samples"):
+        guides.predict(x, 2)
+
+
+@pytest.mark.parametrize("arch", ZOO)
+def test_mc_dropout_samples_the_twin_with_fresh_masks_and_leaves_its_mode(arch):
+    x, _ = example_batch(arch, 6)
+    twin = twin_of(arch, dropout=0.5)
+    posterior = DropoutPosterior(twin)
+    out = posterior.predict(x, 7, chunk_size=3, batch_size=4)
+    assert out.shape[:2] == (7, 6) and not twin.training
+    assert all(not torch.allclose(out[0], out[s]) for s in range(1, 7))  # every sample its own masks
+    # at a vanishing rate every mask keeps every unit: each sample is the plain twin's prediction
+    tiny = twin_of(arch, dropout=1e-9)
+    assert torch.allclose(DropoutPosterior(tiny).predict(x, 4, chunk_size=3), tiny(x).expand(4, *tiny(x).shape), atol=1e-5)
+    assert posterior.label == "MC dropout (p = 0.5)"
+    with pytest.raises(ValueError, match="trained with dropout"):
+        DropoutPosterior(twin_of(arch))
+
+
+def test_sampled_posterior_takes_evenly_spaced_samples():
+    model, guide = build("toy_mlp", num_data=10, hidden=[4], init_scale=0.1)
+    x, _ = example_batch("toy_mlp", 3)
+    with pyro.plate("s", 6, dim=-2):
+        samples = {n: v[:, 0] for n, v in guide(x).items()}
+    posterior = SampledPosterior(model, samples)
+    assert torch.equal(posterior.predict(x, 3), predict(model, samples, x, 3))
+    assert posterior.predict(x, 100).shape[0] == posterior.rows(100) == 6  # all it holds
+    assert posterior.label == "HMC (NUTS, 6 samples)"
+
+
+def test_cost_sees_the_memory_a_block_allocates():
+    with Cost("cpu") as cost:
+        block = torch.ones(64, 2 ** 20)  # 256 MB
+        block += 1
+    assert cost.seconds > 0
+    if cost.peak_mb is not None:  # Linux
+        assert 200 < cost.peak_mb < 400
+
+
+def ensemble_config(arch, run_dir, **overrides):
+    data = {"data.root": str(SHARED_DATA), "data.train_limit": 1000, "train.lr": 0.01, "abstention.risk": 0.4, "abstention.delta": 0.2,
+            "abstention.max_refusal": 0.1, "abstention.samples": 4} if arch != "toy_mlp" else {}
+    return tiny_config(arch, run_dir=str(run_dir), **{
+        "model.hidden": str(SMALL[arch] or "null").replace(" ", ""), "train.epochs": 2, "train.members": 2,
+        "train.twin_epochs": 2, **data, **overrides})
+
+
+@pytest.fixture(scope="module")
+def ensembles(tmp_path_factory):
+    """A two-member ensemble of each architecture, the twins trained with dropout."""
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA}")
+    found = {}
+    for arch in ZOO:
+        run_dir = tmp_path_factory.mktemp(arch)
+        found[arch] = run_dir, train(ensemble_config(arch, run_dir, **{"train.twin_dropout": 0.25}))
+    return found
+
+
+@pytest.mark.parametrize("arch", ZOO)
+def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(arch, ensembles):
+    run_dir, metrics = ensembles[arch]
+    member = run_dir / MEMBERS / "1"
+    assert (member / CHECKPOINT).is_file()
+    trained = load(run_dir)
+    assert len(trained.members) == 1
+    other = trained.members[0]
+    assert other.config.train.member == 1 and other.config.seed == trained.config.seed
+    first = trained.guide.state_dict()
+    assert not any(torch.equal(v, other.guide.state_dict()[k]) for k, v in first.items() if "loc" in k)
+    found = posteriors(trained)
+    assert found["bayes"].label == "ensemble of 2 mean-field VI"
+    assert found["twin"].label == "deep ensemble of 2 MC dropout (p = 0.25)"
+    assert [m.guide for m in found["bayes"].members] == [trained.guide, other.guide]
+    assert metrics["ensemble"]["bayes"]["label"] == found["bayes"].label
+    assert len(metrics["members"]) == 1 and "test/nll" in metrics["members"][0]["bayes"]
+    # every member fits the same data (the toy set is drawn from the run's seed, not the member's)
+    assert torch.equal(load_splits(other.config).train.x, load_splits(trained.config).train.x)
+    if arch != "toy_mlp":  # the rules are certified for the mixtures: 4 guide samples, 2 x 4 MC dropout ones
+        calibration = json.loads((run_dir / CALIBRATION).read_text())
+        assert calibration["bayes"]["samples"] == 4 and calibration["twin"]["samples"] == 4
+        assert calibration["twin"]["rule"]["signal"] == "mutual_information"  # MC dropout is sampled
+
+
+def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
+    train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False}))
+    member = lambda: torch.load(tmp_path / MEMBERS / "1" / CHECKPOINT, weights_only=True)  # noqa: E731
+    kept = member()
+    train(config_for_run(None, [f"resume={tmp_path}", "train.members=3"]))
+    again = member()  # finished: not trained again
+    assert again["epoch"] == kept["epoch"] and all(torch.equal(v, again["guide"][k]) for k, v in kept["guide"].items())
+    assert len(load(tmp_path).members) == 2
+    assert posteriors(load(tmp_path))["bayes"].label == "ensemble of 3 mean-field VI"
+    train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False, "train.members": 1, "overwrite": True}))
+    assert not (tmp_path / MEMBERS).exists() and load(tmp_path).members == []
+
+
+def test_a_missing_member_is_named(shared_data, tmp_path):
+    train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False, "abstention.calibrate": False}))
+    (tmp_path / MEMBERS / "1" / CHECKPOINT).unlink()
+    with pytest.raises(Exception, match="member 1 has no checkpoint.*resume="):
+        load(tmp_path)
+
+
+def test_ensemble_and_dropout_settings_are_checked():
+    for bad, key in ((["train.members=0"], "train.members"), (["train.twin_dropout=1"], "train.twin_dropout"),
+                     (["train.members=3", "train.member=1"], "train.member")):
+        with pytest.raises(ConfigError, match=key):
+            config_for_run("mnist_mlp", bad)
+
+
+@pytest.mark.parametrize("part", ["bayes", "twin"])
+def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensembles, tmp_path, capsys):
+    """The command line's answer is the certified rule applied to that posterior's draws."""
+    from PIL import Image
+
+    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.images import load_image
+    from bnn_zoo.predict import main
+
+    run_dir, _ = ensembles["mnist_mlp"]
+    images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
+    files = []
+    for i in range(4):
+        Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")
+        files.append(str(tmp_path / f"{i}.png"))
+    assert main([str(run_dir), *files, "--samples", "6", "--posterior", part, "--json"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    trained = load(run_dir)
+    pyro.set_rng_seed(0)
+    probs = posteriors(trained)[part].predict(normalize(torch.stack([load_image(f) for f in files])), 6)
+    decision = trained.rules[part](probs)
+    assert len(probs) == (6 if part == "bayes" else 2 * 3)  # MC dropout: 3 draws from each of 2 twins
+    assert [a["answer"] for a in answers] == [None if r else int(p) for r, p in
+                                             zip(decision.refused, decision.prediction)]
+
+
+def test_predict_names_the_posteriors_a_run_holds(ensembles, capsys):
+    from bnn_zoo.predict import main
+
+    run_dir, _ = ensembles["mnist_mlp"]
+    assert main([str(run_dir), "x.png", "--posterior", "hmc"]) == 2
+    assert "holds no such posterior; it holds bayes, twin" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def rungs(tmp_path_factory):
+    """The rungs the ensembles above do not cover, each a tiny mnist_mlp run: a deep ensemble of
+    plain twins beside an ensemble of low-rank guides, and a single MC dropout twin beside NUTS."""
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA}")
+    deep, single = tmp_path_factory.mktemp("deep"), tmp_path_factory.mktemp("single")
+    train(ensemble_config("mnist_mlp", deep, **{"train.members": 3, "model.guide": "lowrank", "model.guide_rank": 2}))
+    train(ensemble_config("mnist_mlp", single, **{
+        "train.members": 1, "train.twin_dropout": 0.5, "infer": "nuts", "model.hidden": "[4]",
+        "data.train_limit": 200, "mcmc.num_samples": 6, "mcmc.warmup_steps": 6, "mcmc.max_tree_depth": 3}))
+    return deep, single
+
+
+def test_every_rung_scores_on_the_ladder_with_its_cost(rungs, ensembles, tmp_path, capsys):
+    from test_scripts import load_script
+
+    deep, single = rungs
+    runs = [str(deep), str(single), str(ensembles["mnist_mlp"][0])]
+    out = tmp_path / "board"
+    assert load_script("scoreboard").main([*runs, "--out", str(out), "--samples", "6", "--test-size", "100",
+                                           "--ood-size", "30", "--near-size", "10"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "scoreboard.json").read_text())
+    labels = {run: {part: results[run][part]["posterior"] for part in ("bayes", "twin", "hmc") if part in results[run]}
+              for run in runs}
+    assert labels == {runs[0]: {"bayes": "ensemble of 3 low-rank VI (rank 2)", "twin": "deep ensemble of 3 twins"},
+                      runs[1]: {"bayes": "mean-field VI", "twin": "MC dropout (p = 0.5)", "hmc": "HMC (NUTS, 6 samples)"},
+                      runs[2]: {"bayes": "ensemble of 2 mean-field VI", "twin": "deep ensemble of 2 MC dropout (p = 0.25)"}}
+    width = {"bayes": 784 * 32 + 32 + 32 * 10 + 10, "hmc": 784 * 4 + 4 + 4 * 10 + 10}
+    stored = {(0, "twin"): 3 * width["bayes"], (1, "twin"): width["hmc"], (1, "hmc"): 6 * width["hmc"],
+              (2, "bayes"): 2 * 2 * width["bayes"], (0, "bayes"): 3 * (2 + 2) * width["bayes"]}  # lowrank: loc, scale, 2 factors
+    for (k, part), numbers in stored.items():
+        assert results[runs[k]][part]["cost/parameters"] == numbers, (k, part)
+    seconds = [json.loads((Path(runs[0]) / d / "metrics.json").read_text())["bayes"]["history"]
+               for d in (".", "members/1", "members/2")]
+    assert results[runs[0]]["bayes"]["cost/train_seconds"] == pytest.approx(sum(h["seconds"] for hs in seconds for h in hs))
+    for run in runs:
+        for part, label in labels[run].items():
+            row = next(line for line in printed.splitlines() if line.startswith(f"| {Path(run).name}: {label} |"))
+            assert row.split("|")[2].strip() == f"{100 * results[run][part]['test/accuracy']:.2f}%"
+    assert 0 <= results[runs[1]]["hmc"]["ood/auroc_mi_notmnist"] <= 1  # six weight samples: mutual information
+    assert (out / "ladder.png").stat().st_size > 0
