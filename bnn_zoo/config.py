@@ -302,6 +302,11 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key 'train.lr_min_factor': must lie in [0, 1], got {cfg.train.lr_min_factor}")
     if not 0 <= cfg.train.twin_dropout < 1:
         raise ConfigError(f"bad config key 'train.twin_dropout': a dropout rate in [0, 1), got {cfg.train.twin_dropout}")
+    fewest = min(cfg.train.test_samples, cfg.abstention.samples)
+    if cfg.train.members > fewest:  # a mixture draws at least one sample from every member
+        raise ConfigError(f"bad config key 'train.members': an ensemble of {cfg.train.members} needs at least "
+                          f"as many posterior samples; train.test_samples and abstention.samples are {fewest} "
+                          "at the least: raise them or use fewer members")
     if cfg.train.member < 0 or (cfg.train.member and cfg.train.members > 1):
         raise ConfigError(f"bad config key 'train.member': set by training for an ensemble's members; leave it "
                           f"out (got member {cfg.train.member} of members {cfg.train.members})")

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 
 import torch
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
@@ -51,6 +52,20 @@ class Posterior(ABC):
 
 def _count(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
+
+
+@contextmanager
+def _evaluating(twin: Twin, dropout: bool = False):
+    """The twin in eval mode (its dropout layers sampling when ``dropout``); its mode restored after."""
+    was_training = twin.training
+    twin.eval()
+    for m in twin.modules() if dropout else ():
+        if isinstance(m, nn.Dropout):
+            m.train()
+    try:
+        yield
+    finally:
+        twin.train(was_training)
 
 
 class VariationalPosterior(Posterior):
@@ -101,41 +116,33 @@ class PointPosterior(Posterior):
     @torch.no_grad()
     def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
         check_inputs(x)
-        was_training = self.twin.training
-        self.twin.eval()
-        try:
+        with _evaluating(self.twin):
             return torch.cat([self.twin(xb) for xb in x.split(batch_size)])[None]
-        finally:
-            self.twin.train(was_training)
 
     @property
     def parameters_stored(self) -> int:
         return _count(self.twin)
 
 
-class DropoutPosterior(Posterior):
+class DropoutPosterior(PointPosterior):
     """MC dropout (Gal & Ghahramani 2016): a twin trained with dropout, sampled with its dropout on.
     Each chunk of samples is one pass over the batch repeated chunk_size times (fresh masks per copy)."""
 
+    stochastic = True
+
     def __init__(self, twin: Twin):
-        self.twin = twin
-        self.rates = [m.p for m in twin.modules() if isinstance(m, nn.Dropout)]
-        if not self.rates:
+        rates = [m.p for m in twin.modules() if isinstance(m, nn.Dropout)]
+        if not rates:
             raise ValueError("MC dropout needs a twin trained with dropout (train.twin_dropout > 0)")
-        self.label = f"MC dropout (p = {self.rates[0]:g})"
+        super().__init__(twin, f"MC dropout (p = {rates[0]:g})")
 
     @torch.no_grad()
     def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
         check_inputs(x)
         if not (num_samples and num_samples >= 1 and chunk_size >= 1 and batch_size >= 1):
             raise ValueError("num_samples, chunk_size and batch_size must be positive")
-        was_training = self.twin.training
-        self.twin.eval()
-        for m in self.twin.modules():
-            if isinstance(m, nn.Dropout):
-                m.train()
-        try:
-            out = None
+        out = None
+        with _evaluating(self.twin, dropout=True):
             for start in range(0, num_samples, chunk_size):
                 n = min(chunk_size, num_samples - start)
                 for first, xb in zip(range(0, len(x), batch_size), x.split(batch_size)):
@@ -144,13 +151,7 @@ class DropoutPosterior(Posterior):
                     if out is None:
                         out = piece.new_empty(num_samples, len(x), *piece.shape[2:])
                     out[start:start + n, first:first + len(xb)] = piece
-            return out
-        finally:
-            self.twin.train(was_training)
-
-    @property
-    def parameters_stored(self) -> int:
-        return _count(self.twin)
+        return out
 
 
 class Mixture(Posterior):
@@ -206,7 +207,7 @@ def posteriors(trained: Trained) -> dict[str, Posterior]:
     if len(twins) == 1:
         found["twin"] = twins[0]
     elif twins:
-        kind = "twins" if isinstance(twins[0], PointPosterior) else twins[0].label
+        kind = twins[0].label if twins[0].stochastic else "twins"
         found["twin"] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
     if trained.samples is not None:
         found["hmc"] = SampledPosterior(trained.model, trained.samples)

@@ -171,7 +171,8 @@ def read_for_resume(cfg: DictConfig, path: Path, device) -> dict:
     """The checkpoint ``resume=`` continues, once the config is known to fit it: overrides of
     anything but RESUMABLE keys, and fewer epochs than are done, are refused."""
     state = read(path, device)
-    differences = _differences(state["config"], config_dict(cfg))
+    # the stored config on today's defaults: a key added since the run was written has its default
+    differences = _differences(config_dict(make_config(state["config"])), config_dict(cfg))
     changed = sorted(key for key in differences if not any(key == k or key.startswith(k + ".") for k in RESUMABLE))
     if changed:
         raise ConfigError(f"resume={cfg.resume} cannot change what defines the run: " +

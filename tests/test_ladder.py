@@ -162,7 +162,8 @@ def test_a_missing_member_is_named(shared_data, tmp_path):
 
 def test_ensemble_and_dropout_settings_are_checked():
     for bad, key in ((["train.members=0"], "train.members"), (["train.twin_dropout=1"], "train.twin_dropout"),
-                     (["train.members=3", "train.member=1"], "train.member")):
+                     (["train.members=3", "train.member=1"], "train.member"),
+                     (["train.members=8", "abstention.samples=5"], "ensemble of 8 needs at least")):
         with pytest.raises(ConfigError, match=key):
             config_for_run("mnist_mlp", bad)
 

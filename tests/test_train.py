@@ -147,6 +147,18 @@ def test_a_resumed_run_keeps_its_new_settings_even_without_new_epochs(tmp_path):
     assert load(tmp_path).config.abstention.risk == 0.05 and load(tmp_path).config.train.test_samples == 3
 
 
+def test_a_run_written_before_a_config_key_existed_resumes(tmp_path):
+    """A checkpoint whose stored config lacks keys added since (here train.members and
+    train.twin_dropout) resumes: the missing keys take their defaults."""
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"model.hidden": "[4]", "train.epochs": 2}))
+    for name in ("checkpoint.pt", "twin.pt"):
+        state = torch.load(tmp_path / name, weights_only=True)
+        del state["config"]["train"]["members"], state["config"]["train"]["twin_dropout"]
+        torch.save(state, tmp_path / name)
+    metrics = train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=3"]))
+    assert len(metrics["bayes"]["history"]) == 3
+
+
 def test_a_diverging_run_keeps_a_finite_checkpoint_that_resumes(tmp_path):
     with pytest.raises(TrainingError, match=r"in epoch (\d+); stopped. \S+checkpoint.pt holds epoch \d+, the last "
                                             r"with finite parameters.*resume=\S+ train.lr=0.001"):
