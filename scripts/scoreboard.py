@@ -58,14 +58,15 @@ def best_auroc(row: dict, name: str) -> float:
 
 
 def training_seconds(run_dir: str) -> dict[str, float]:
-    """Seconds each posterior took to train, from metrics.json (an ensemble's: all its members');
-    nothing for a shipped posterior, which has none."""
+    """Seconds each posterior took to train, from metrics.json: epochs x the median seconds per
+    epoch (robust to epochs that shared the CPU), summed over an ensemble's members; nothing for a
+    shipped posterior, which has no metrics.json."""
     runs = [Path(run_dir), *sorted(Path(run_dir, MEMBERS).glob("*"))]
     metrics = [json.loads((r / "metrics.json").read_text()) for r in runs if (r / "metrics.json").is_file()]
     found = {}
     for part in ("bayes", "twin"):
         if metrics and part in metrics[0]:
-            found[part] = sum(h["seconds"] for m in metrics for h in m.get(part, {}).get("history", []))
+            found[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
     if metrics and "hmc" in metrics[0]:
         found["hmc"] = found.get("bayes", 0.0) + metrics[0]["hmc"]["seconds"]  # NUTS starts after SVI
     return found
