@@ -51,7 +51,25 @@ def save_bayes(path: Path, cfg: DictConfig, run: str, epoch: int, num_data: int,
     state. (The learning-rate schedule is replayed from the config on resume.)"""
     save_atomic({"config": config_dict(cfg), "run": run, "epoch": epoch, "num_data": num_data,
                  "model": model.state_dict(), "guide": guide.state_dict(),
-                 "optimizer": optimizer.state_dict(), "history": history, "rng": torch.get_rng_state()}, path)
+                 "optimizer": optimizer.state_dict(), "history": history,
+                 **rng_state(next(guide.parameters()).device)}, path)
+
+
+def rng_state(device: torch.device) -> dict:
+    """The random state a resumed run continues from: torch's CPU generator ("rng"), and the GPU's
+    ("cuda_rng") where the run trains on one."""
+    state = {"rng": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def restore_rng(stored: dict, device: torch.device) -> None:
+    """Set the generators ``rng_state`` saved (read with any map_location: the states go back as CPU
+    byte tensors); a GPU state is used only when resuming on a GPU."""
+    torch.set_rng_state(stored["rng"].cpu())
+    if device.type == "cuda" and "cuda_rng" in stored:
+        torch.cuda.set_rng_state(stored["cuda_rng"].cpu(), device)
 
 
 def save_twin(path: Path, cfg: DictConfig, run: str, epoch: int, net: nn.Module, optimizer, history: list) -> None:

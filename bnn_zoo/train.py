@@ -34,6 +34,7 @@ from .checkpoint import (
     member_dirs,
     read,
     restamp,
+    restore_rng,
     save_atomic,
     save_bayes,
     save_twin,
@@ -225,7 +226,7 @@ def train_bayes(cfg, splits: Splits, device, run_dir: Path, log, stored: dict | 
         model.load_state_dict(stored["model"]), guide.load_state_dict(stored["guide"])
         optimizer.load_state_dict(stored["optimizer"])
         history = stored["history"]
-        torch.set_rng_state(stored["rng"])
+        restore_rng(stored, device)
         log(f"resumed {path} after epoch {stored['epoch']}")
     scheduler = make_scheduler(optimizer, t, t.epochs, t.lr, done=len(history))
     data_fit = torch.zeros((), device=device)

@@ -6,7 +6,7 @@ import pyro
 import pytest
 import torch
 
-from bnn_zoo.config import make_config, resolved
+from bnn_zoo.config import make_config, pick_device, resolved
 from bnn_zoo.zoo import ARCHITECTURES
 
 ZOO = list(ARCHITECTURES)
@@ -14,6 +14,9 @@ SHARED_DATA = Path(os.environ.get("BNN_ZOO_DATA")
                    or Path(__file__).resolve().parents[2] / "shared" / "data")
 # A small hidden layer for the MLPs keeps the Pyro-client tests fast; LeNet's shape is fixed.
 SMALL = {"toy_mlp": [16], "mnist_mlp": [32], "lenet": None}
+# Where training and the command lines run by default (device=auto): a test that recomputes their
+# random draws must draw on the same device.
+DEVICE = pick_device("auto")
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ import math
 
 import pyro
 import pytest
+from conftest import DEVICE
 
 from bnn_zoo import load, predict
 from bnn_zoo.calibrate import main, validation_set
@@ -13,7 +14,7 @@ from bnn_zoo.errors import CheckpointError
 
 def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
     found = json.loads((certified_run / CALIBRATION).read_text())
-    trained = load(certified_run)
+    trained = load(certified_run, DEVICE)  # where calibrate_run drew its samples
     x, labels = validation_set(trained)
     assert len(labels) == 128  # the run's validation split, not its test set
     pyro.set_rng_seed(0)

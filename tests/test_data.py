@@ -12,7 +12,8 @@ def write_idx(path, tensor: torch.Tensor, gz: bool = False):
     header = bytes([0, 0, 0x08, tensor.dim()]) + b"".join(
         s.to_bytes(4, "big") for s in tensor.shape)
     raw = header + tensor.to(torch.uint8).numpy().tobytes()
-    (gzip.open if gz else open)(path, "wb").write(raw)
+    with (gzip.open if gz else open)(path, "wb") as f:
+        f.write(raw)
 
 
 @pytest.mark.parametrize("gz", [False, True])

@@ -2,7 +2,7 @@ import json
 
 import pyro
 import pytest
-from conftest import tiny_config
+from conftest import DEVICE, tiny_config
 
 from bnn_zoo import load, predict
 from bnn_zoo.abstention import abstain, uncertainty
@@ -24,12 +24,12 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
         assert key in results["bayes"], key
     assert "ood/auroc_notmnist" in results["twin"] and "ood/auroc_mi_notmnist" not in results["twin"]
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
-    trained = load(tiny_run)
+    trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     pyro.set_rng_seed(0)
-    in_probs = predict(trained.model, trained.guide, normalize(images[:200]), 4)
-    ood_probs = predict(trained.model, trained.guide, normalize(load_notmnist(str(shared_data))[:100]), 4)
-    accuracy = (in_probs.mean(0).argmax(1) == labels[:200]).float().mean().item()
+    in_probs = predict(trained.model, trained.guide, normalize(images[:200]).to(DEVICE), 4)
+    ood_probs = predict(trained.model, trained.guide, normalize(load_notmnist(str(shared_data))[:100]).to(DEVICE), 4)
+    accuracy = (in_probs.mean(0).argmax(1).cpu() == labels[:200]).float().mean().item()
     assert results["bayes"]["test/accuracy"] == pytest.approx(accuracy)
     auroc = detection(uncertainty(in_probs)["entropy"], uncertainty(ood_probs)["entropy"])["auroc"]
     assert results["bayes"]["ood/auroc_notmnist"] == pytest.approx(auroc)
@@ -46,14 +46,14 @@ def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_
     assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "constant",
                  "--ood-size", "60", "--output", str(out)]) == 0
     results = json.loads(out.read_text())
-    trained = load(certified_run)
+    trained = load(certified_run, DEVICE)
     rule = trained.rules["bayes"]
     assert rule.signal == "mutual_information"
     assert results["bayes"]["rule/cut"] == rule.cut and results["bayes"]["rule/threshold"] == rule.threshold
     assert results["twin"]["rule/signal"] == "entropy"
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     pyro.set_rng_seed(0)
-    probs = predict(trained.model, trained.guide, normalize(images[:300]), 4)
+    probs = predict(trained.model, trained.guide, normalize(images[:300]).to(DEVICE), 4)
     decision = rule(probs)
     assert results["bayes"]["test/refused"] == pytest.approx(decision.refused.float().mean().item())
     assert results["bayes"]["test/refused_by_gate"] == pytest.approx(decision.refused_by_gate.float().mean().item())

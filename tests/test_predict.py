@@ -4,7 +4,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
-from conftest import SHARED_DATA
+from conftest import DEVICE, SHARED_DATA
 from PIL import Image
 
 from bnn_zoo import predict
@@ -58,10 +58,10 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     Image.fromarray(np.full((28, 28), 128, dtype=np.uint8)).save(files[-1])
     assert main([str(certified_run), *files, "--samples", "4", "--json"]) == 0
     answers = json.loads(capsys.readouterr().out)
-    trained = load(certified_run)
+    trained = load(certified_run, DEVICE)
     rule = trained.rules["bayes"]
     pyro.set_rng_seed(0)
-    probs = predict(trained.model, trained.guide, normalize(torch.stack([load_image(f) for f in files])), 4)
+    probs = predict(trained.model, trained.guide, normalize(torch.stack([load_image(f) for f in files])).to(DEVICE), 4)
     decision, mi = rule(probs), uncertainty(probs)["mutual_information"]
     for i, answer in enumerate(answers):
         expected = (["quantile"] if decision.refused_by_quantile[i] else []) + \

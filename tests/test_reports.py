@@ -3,6 +3,7 @@ import json
 import pyro
 import pytest
 import torch
+from conftest import DEVICE
 from PIL import Image
 
 from bnn_zoo import load, predict
@@ -25,16 +26,16 @@ def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_p
     assert "refused on MNIST" in printed and "Bayesian" in printed and "deterministic" in printed
     result = json.loads((out / "reject_noise.json").read_text())
     # the same draws, recomputed: MNIST test first, then the noise
-    trained = load(tiny_run)
+    trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     pyro.set_rng_seed(0)
-    in_probs = predict(trained.model, trained.guide, normalize(images[:200]), 5)
-    noise = predict(trained.model, trained.guide, normalize(white_noise(50, 0)), 5)
+    in_probs = predict(trained.model, trained.guide, normalize(images[:200]).to(DEVICE), 5)
+    noise = predict(trained.model, trained.guide, normalize(white_noise(50, 0)).to(DEVICE), 5)
     assert result["bayes"]["refused_noise"] == pytest.approx(abstain(noise).refused.float().mean().item())
     assert result["bayes"]["refused_mnist"] == pytest.approx(abstain(in_probs).refused.float().mean().item())
     assert result["bayes"]["forced_accuracy_mnist"] == pytest.approx(
-        (in_probs.mean(0).argmax(1) == labels[:200]).float().mean().item())
-    twin = trained.twin(normalize(white_noise(50, 0)))
+        (in_probs.mean(0).argmax(1).cpu() == labels[:200]).float().mean().item())
+    twin = trained.twin(normalize(white_noise(50, 0)).to(DEVICE))
     assert result["twin"]["refused_noise"] == pytest.approx(abstain(twin[None]).refused.float().mean().item())
     for plot in ("histograms", "mean_probabilities", "refusal_vs_threshold", "risk_coverage", "reliability"):
         with Image.open(out / f"{plot}.png") as img:
