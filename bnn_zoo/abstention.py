@@ -67,6 +67,16 @@ class Decision:
         return [name for name, hit in (("quantile", self.refused_by_quantile[i]),
                                        ("gate", self.refused_by_gate[i])) if hit]
 
+    def describe(self, i: int, signal: str | None = None) -> dict:
+        """Input ``i``'s answer as plain values: ``accepted`` {class: quantile probability}, best
+        first; ``answer``, None where refused; ``refused_by``, the signals that refused it (the gate
+        under its ``signal``'s name)."""
+        q = self.quantile_probs[i]
+        classes = sorted(self.accepted[i].nonzero()[:, 0].tolist(), key=lambda c: -float(q[c]))
+        return {"accepted": {int(c): round(float(q[c]), 4) for c in classes},
+                "answer": None if self.refused[i] else int(self.prediction[i]),
+                "refused_by": [signal if r == "gate" else r for r in self.reasons(i)]}
+
 
 def _check(probs: torch.Tensor) -> None:
     if probs.dim() != 3:

@@ -22,6 +22,10 @@ DATA_ENV = "BNN_ZOO_DATA"
 SPLIT_SEED = 0
 
 TORCHVISION_SETS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
+# What each class of a classifier's data set is called (torchvision's FashionMNIST.classes).
+CLASS_NAMES = {"mnist": [str(d) for d in range(10)],
+               "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+                                 "Sneaker", "Bag", "Ankle boot"]}
 IDX_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 

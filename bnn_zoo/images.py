@@ -1,7 +1,9 @@
 """A person's image file as the networks see their inputs: MNIST's 28x28, white on black.
 
 Reads what people send: any format Pillow opens, EXIF orientation applied, transparency composited
-on the background that contrasts with the ink, 16-bit and floating-point pixels scaled to 0..255.
+on the background that contrasts with the ink, 16-bit and floating-point pixels scaled to 0..255,
+then the ink fitted into 20x20 and centred by its centre of mass, as MNIST's digits were (a drawing
+in a corner of a canvas reads as the digit it is; a 28x28 image is taken as it is).
 
 Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``
 """
@@ -9,17 +11,25 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
 # Larger images are refused before they are decoded (a 48 KB PNG can hold 20000 x 20000 pixels).
 MAX_PIXELS = 25_000_000
+# Where the ink's box ends when a picture is centred: fainter pixels (a photo's paper, JPEG's
+# ripples) do not stretch it.
+INK_FLOOR = 32
 
 
-def load_image(path: str | Path, invert: str = "auto") -> torch.Tensor:
-    """An image file as MNIST's format: grayscale uint8 [28, 28], white on black.
+def load_image(path: str | Path | BinaryIO, invert: str = "auto", centre: bool = True) -> torch.Tensor:
+    """An image file (a path, or a binary file object such as io.BytesIO) as MNIST's format:
+    grayscale uint8 [28, 28], white on black.
 
     ``invert``: "auto" inverts images whose border is light (dark ink on paper), "yes", "no".
+    ``centre``: fit the ink (the pixels brighter than INK_FLOOR) into 20x20 and centre it by its
+    mass in 28x28, as MNIST's digits were; False: the whole image resized to 28x28. An image of
+    28x28 is taken as it is, already in MNIST's format.
     Raises ValueError with the reason when the file cannot be read as an image.
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
@@ -41,9 +51,36 @@ def load_image(path: str | Path, invert: str = "auto") -> torch.Tensor:
         raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
     pixels = _resized(gray)
     border = torch.cat([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).float().mean()
-    if invert == "yes" or (invert == "auto" and border > 127):
-        pixels = 255 - pixels
-    return pixels
+    flip = invert == "yes" or (invert == "auto" and border > 127)
+    if centre and gray.shape != (28, 28):  # at the image's own resolution, not after shrinking it
+        from PIL import Image
+
+        ink = (255 - gray if flip else gray).round().clamp(0, 255).to(torch.uint8)
+        return centred(Image.fromarray(ink.numpy(), "L"), floor=INK_FLOOR)
+    return 255 - pixels if flip else pixels
+
+
+def centred(glyph, floor: int = 0) -> torch.Tensor:
+    """A white-on-black PIL image (mode L), its ink fitted into 20x20 and centred by its centre of
+    mass in 28x28, as MNIST's digits were. The ink's box holds the pixels brighter than ``floor``."""
+    from PIL import Image
+
+    box = (glyph.point(lambda v: 255 if v > floor else 0) if floor else glyph).getbbox()
+    if box is None:
+        return torch.zeros(28, 28, dtype=torch.uint8)
+    glyph = glyph.crop(box)
+    scale = 20 / max(glyph.size)
+    glyph = glyph.resize((max(1, round(glyph.width * scale)), max(1, round(glyph.height * scale))),
+                         Image.LANCZOS)
+    small = torch.frombuffer(bytearray(glyph.tobytes()), dtype=torch.uint8).view(glyph.height, glyph.width).float()
+    ys, xs = torch.meshgrid(torch.arange(glyph.height), torch.arange(glyph.width), indexing="ij")
+    mass = small.sum().clamp_min(1)
+    cy, cx = float((ys * small).sum() / mass), float((xs * small).sum() / mass)
+    top, left = round(14 - cy), round(14 - cx)
+    top, left = min(max(top, 0), 28 - glyph.height), min(max(left, 0), 28 - glyph.width)
+    out = torch.zeros(28, 28)
+    out[top:top + glyph.height, left:left + glyph.width] = small
+    return out.clamp(0, 255).to(torch.uint8)
 
 
 def _grayscale(img) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from .data import load_notmnist, load_torchvision, white_noise
+from .images import centred
 
 FAR = ("notmnist", "fashion_mnist", "mnist", "noise")
 NEAR = ("letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank")
@@ -77,25 +78,21 @@ def font_files() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def centred(glyph: Image.Image) -> torch.Tensor:
-    """A white-on-black drawing fitted into 20x20 and centred by its centre of mass in 28x28, as
-    MNIST's digits were."""
-    box = glyph.getbbox()
-    if box is None:
-        return torch.zeros(28, 28, dtype=torch.uint8)
-    glyph = glyph.crop(box)
-    scale = 20 / max(glyph.size)
-    glyph = glyph.resize((max(1, round(glyph.width * scale)), max(1, round(glyph.height * scale))),
-                         Image.LANCZOS)
-    small = torch.frombuffer(bytearray(glyph.tobytes()), dtype=torch.uint8).view(glyph.height, glyph.width).float()
-    ys, xs = torch.meshgrid(torch.arange(glyph.height), torch.arange(glyph.width), indexing="ij")
-    mass = small.sum().clamp_min(1)
-    cy, cx = float((ys * small).sum() / mass), float((xs * small).sum() / mass)
-    top, left = round(14 - cy), round(14 - cx)
-    top, left = min(max(top, 0), 28 - glyph.height), min(max(left, 0), 28 - glyph.width)
-    out = torch.zeros(28, 28)
-    out[top:top + glyph.height, left:left + glyph.width] = small
-    return out.clamp(0, 255).to(torch.uint8)
+def glyph(text: str, font_file: str, angle: float = 0.0) -> torch.Tensor:
+    """``text`` written in a font, turned ``angle`` degrees, centred like a digit."""
+    font = ImageFont.truetype(font_file, 96)
+    canvas = Image.new("L", (160, 160))
+    ImageDraw.Draw(canvas).text((30, 10), text, fill=255, font=font)
+    return centred(canvas.rotate(angle, resample=Image.BILINEAR))
+
+
+def drawing(strokes: list[list[tuple[float, float]]]) -> torch.Tensor:
+    """Pen strokes (points on a 112 x 112 pad) drawn 9 wide, as on a canvas, centred like a digit."""
+    canvas = Image.new("L", (112, 112))
+    draw = ImageDraw.Draw(canvas)
+    for points in strokes:
+        draw.line(points, fill=255, width=9, joint="curve")
+    return centred(canvas)
 
 
 def letters(size: int, g: torch.Generator) -> torch.Tensor:
@@ -103,23 +100,18 @@ def letters(size: int, g: torch.Generator) -> torch.Tensor:
     images = []
     for _ in range(size):
         letter = LETTERS[int(torch.randint(len(LETTERS), (1,), generator=g))]
-        font = ImageFont.truetype(fonts[int(torch.randint(len(fonts), (1,), generator=g))], 96)
-        canvas = Image.new("L", (160, 160))
-        ImageDraw.Draw(canvas).text((30, 10), letter, fill=255, font=font)
+        font_file = fonts[int(torch.randint(len(fonts), (1,), generator=g))]
         angle = float(torch.empty(1).uniform_(-12, 12, generator=g))
-        images.append(centred(canvas.rotate(angle, resample=Image.BILINEAR)))
+        images.append(glyph(letter, font_file, angle))
     return torch.stack(images)
 
 
 def scribbles(size: int, g: torch.Generator) -> torch.Tensor:
     images = []
     for _ in range(size):
-        canvas = Image.new("L", (112, 112))
-        draw = ImageDraw.Draw(canvas)
-        for _ in range(int(torch.randint(1, 4, (1,), generator=g))):
-            points = [tuple(p) for p in (torch.rand(int(torch.randint(2, 5, (1,), generator=g)), 2,
-                                                    generator=g) * 112).tolist()]
-            draw.line(points, fill=255, width=9, joint="curve")
-        images.append(centred(canvas))
+        strokes = [[tuple(p) for p in (torch.rand(int(torch.randint(2, 5, (1,), generator=g)), 2,
+                                                  generator=g) * 112).tolist()]
+                   for _ in range(int(torch.randint(1, 4, (1,), generator=g)))]
+        images.append(drawing(strokes))
     return torch.stack(images)
 

@@ -8,6 +8,7 @@ Usage::
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_rule_options(parser)
     parser.add_argument("--invert", choices=["auto", "yes", "no"], default="auto",
                         help="invert dark-on-light images (auto: when the border is light)")
+    parser.add_argument("--centre", action=argparse.BooleanOptionalAction, default=True,
+                        help="fit the ink into 20x20 and centre it by its mass, as MNIST's digits were "
+                             "(default; --no-centre: the whole image resized to 28x28)")
     parser.add_argument("--posterior", choices=PARTS, default="bayes",
                         help="which of the run's posteriors answers: bayes (its guide or ensemble of "
                              "guides, the default), twin (MAP, MC dropout or deep ensemble), hmc")
@@ -56,7 +60,7 @@ def _answer(args) -> int:
     answers, pixels = [], []
     for path in args.images:
         try:
-            pixels.append(load_image(path, args.invert))
+            pixels.append(load_image(path, args.invert, args.centre))
             answers.append({"file": path})
         except ValueError as err:
             answers.append({"file": path, "error": str(err)})
@@ -68,11 +72,7 @@ def _answer(args) -> int:
         probs = found[args.posterior].predict(x, args.samples)
         decision, scores = rule(probs), uncertainty(probs, rule.quantile)
         for i, answer in enumerate(good):
-            q = decision.quantile_probs[i]
-            classes = sorted(decision.accepted[i].nonzero()[:, 0].tolist(), key=lambda c: -float(q[c]))
-            answer["accepted"] = {int(c): round(float(q[c]), 4) for c in classes}
-            answer["answer"] = None if decision.refused[i] else int(decision.prediction[i])
-            answer["refused_by"] = [rule.signal if r == "gate" else r for r in decision.reasons(i)]
+            answer.update(decision.describe(i, rule.signal))
             answer["uncertainty"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
         rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
             f"rule: {rule.quantile} quantile >= {rule.threshold}"

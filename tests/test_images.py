@@ -13,12 +13,36 @@ def test_load_image_converts_to_white_on_black(tmp_path):
     pixels = load_image(tmp_path / "paper.jpg")
     assert pixels.shape == (28, 28) and pixels.dtype == torch.uint8
     assert pixels[0, 0] < 20 and pixels[14, 14] > 235
-    assert load_image(tmp_path / "paper.jpg", invert="no")[0, 0] > 235
+    assert load_image(tmp_path / "paper.jpg", invert="no", centre=False)[0, 0] > 235
+    assert load_image(tmp_path / "paper.jpg", invert="no")[14, 14] < 20  # the dark square, not inverted
     (tmp_path / "empty.png").write_bytes(b"")
     with pytest.raises(ValueError, match="not a readable image"):
         load_image(tmp_path / "empty.png")
     with pytest.raises(ValueError, match="no such file"):
         load_image(tmp_path / "missing.png")
+
+
+def test_a_drawing_anywhere_on_the_canvas_reads_as_mnist_draws_its_digits(seven, tmp_path):
+    canvas = Image.new("L", (400, 400))
+    canvas.paste(seven.resize((80, 80)), (300, 10))  # small, in the top right corner
+    canvas.save(tmp_path / "corner.png")
+    seven.save(tmp_path / "middle.png")
+    corner, middle = load_image(tmp_path / "corner.png"), load_image(tmp_path / "middle.png")
+    ink = corner.nonzero().float()
+    assert 19 <= (ink.max(0).values - ink.min(0).values + 1).max() <= 21  # fitted into 20x20
+    plain = load_image(tmp_path / "corner.png", centre=False)
+    assert plain[:, :20].sum() == 0  # without centring it stays in its corner
+    distance = lambda a, b: (a.int() - b.int()).abs().float().mean()  # noqa: E731
+    assert distance(corner, middle) < distance(plain, middle) / 3  # centred: the same digit, wherever drawn
+
+
+def test_images_of_28_by_28_come_out_unchanged(shared_data, tmp_path):
+    from bnn_zoo.data import load_torchvision
+
+    images = load_torchvision("mnist", str(shared_data), train=False, download=False)[0][:200]
+    for i, digit in enumerate(images):
+        Image.fromarray(digit.numpy()).save(tmp_path / f"{i}.png")
+        assert torch.equal(load_image(tmp_path / f"{i}.png"), digit)
 
 
 @pytest.fixture

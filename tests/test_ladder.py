@@ -142,7 +142,7 @@ def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(
 
 def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
     train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False}))
-    member = lambda: torch.load(tmp_path / MEMBERS / "1" / CHECKPOINT, weights_only=True)  # noqa: E731
+    member = lambda: torch.load(tmp_path / MEMBERS / "1" / CHECKPOINT, "cpu", weights_only=True)  # noqa: E731
     kept = member()
     train(config_for_run(None, [f"resume={tmp_path}", "train.members=3"]))
     again = member()  # finished: not trained again

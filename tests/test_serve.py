@@ -1,0 +1,255 @@
+"""The local page (bnn_zoo.serve): its handlers through Starlette's test client, its command line,
+and the page as a person uses it, in a headless Chromium (skipped where none is installed)."""
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+pytest.importorskip("starlette", reason='the page needs the serve extra: pip install -e ".[serve]"')
+pytest.importorskip("httpx", reason="Starlette's test client needs httpx (the dev extra)")
+from starlette.testclient import TestClient  # noqa: E402
+
+from bnn_zoo.images import load_image  # noqa: E402
+from bnn_zoo.predict import main as predict_main  # noqa: E402
+from bnn_zoo.serve import EXAMPLES, Answerer, create_app, example_pixels  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def answerer():
+    return Answerer("lenet", "cpu")
+
+
+@pytest.fixture(scope="module")
+def client(answerer):
+    return TestClient(create_app(answerer, max_upload=200_000))
+
+
+def png(pixels: torch.Tensor, size: int = 28, ink_on_paper: bool = False) -> bytes:
+    """An image file of 28x28 pixels, scaled up, optionally black ink on white paper."""
+    img = Image.fromarray((255 - pixels if ink_on_paper else pixels).numpy()).resize((size, size), Image.NEAREST)
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def ask(client, body=b"", **query):
+    return client.post("/api/answer", params=query, content=body)
+
+
+def test_the_page_answers_as_the_predict_command_line(client, tmp_path, capsys):
+    path = tmp_path / "seven.png"
+    path.write_bytes(png(example_pixels("digit"), 200, ink_on_paper=True))  # a photo of a drawn 7
+    assert predict_main(["lenet", str(path), "--json", "--device", "cpu"]) == 0
+    expected = json.loads(capsys.readouterr().out)[0]
+    found = ask(client, path.read_bytes()).json()
+    assert found["answer"] == expected["answer"] == 7 and found["text"] == "7"
+    assert found["accepted"] == {str(c): p for c, p in expected["accepted"].items()}
+    assert found["refused_by"] == expected["refused_by"] == []
+    assert found["uncertainty"] == pytest.approx(expected["uncertainty"], abs=1e-6)
+    assert torch.equal(torch.tensor(found["pixels"], dtype=torch.uint8), load_image(path))  # as the network sees it
+    samples = torch.tensor(found["samples"])
+    assert samples.shape == (100, 10)  # the shipped rule's 100 samples, every class
+    assert found["quantiles"] == pytest.approx(samples.quantile(0.5, dim=0).tolist(), abs=1e-6)
+    assert found["twin"]["text"] == "7" and found["twin"]["probs"][7] > 0.5
+
+
+def test_the_examples_and_the_rule_s_knobs(client):
+    blank = ask(client, example="blank").json()
+    assert blank["answer"] is None and blank["text"] == "I don't know"
+    assert blank["refused_by"] == ["mutual_information"] and blank["why"].startswith("mutual information")
+    strict = ask(client, example="digit", threshold=1.0, samples=7).json()
+    assert strict["refused_by"] == ["quantile"] and "median probability reaches 1" in strict["why"]
+    assert len(strict["samples"]) == 7 and strict["rule"]["threshold"] == 1.0
+    loose = ask(client, example="digit", threshold=0.0, quantile=0.9).json()
+    assert len(loose["accepted"]) == 10 and loose["text"].startswith("7 or ")  # a set answer, best first
+    assert loose["quantiles"] == pytest.approx(torch.tensor(loose["samples"]).quantile(0.9, dim=0).tolist(), abs=1e-6)
+    for name in EXAMPLES:  # each thumbnail is the example's own pixels
+        thumbnail = client.get(f"/api/example/{name}.png")
+        assert thumbnail.headers["content-type"] == "image/png"
+        assert torch.equal(load_image(io.BytesIO(thumbnail.content), invert="no"), example_pixels(name))
+
+
+def test_each_model_answers_in_its_own_classes(client):
+    found = client.get("/api/models").json()
+    assert found["default"] == "lenet" and [m["name"] for m in found["models"]] == ["lenet", "lenet_fashion", "mnist_mlp"]
+    fashion = ask(client, png(example_pixels("digit")), model="lenet_fashion").json()
+    assert fashion["classes"][1] == "Trouser" and fashion["model"] == "lenet_fashion"
+    assert fashion["rule"]["threshold"] == next(m for m in found["models"] if m["name"] == "lenet_fashion")["rule"]["threshold"]
+
+
+@pytest.mark.parametrize("body, query, status, message", [
+    (b"", {}, 400, "nothing was sent"),
+    (b"not an image at all", {}, 400, "not a readable image"),
+    (b"x" * 200_001, {}, 413, "the upload is over"),
+    (None, {"threshold": "abc"}, 400, "threshold must be a number"),
+    (None, {"threshold": 2}, 400, "threshold must lie in [0, 1]"),
+    (None, {"samples": 0}, 400, "samples must be a whole number from 1 to 1000"),
+    (None, {"model": "resnet"}, 400, "unknown model 'resnet'; choose from lenet, lenet_fashion, mnist_mlp"),
+    (None, {"example": "cat"}, 400, "unknown example 'cat'"),
+])
+def test_bad_input_gets_a_message_not_a_trace(client, body, query, status, message):
+    reply = ask(client, png(example_pixels("digit")) if body is None else body, **query)
+    assert reply.status_code == status and message in reply.json()["error"]
+    assert set(reply.json()) == {"error"}
+
+
+def test_a_decompression_bomb_is_refused(client):
+    out = io.BytesIO()
+    Image.new("1", (20000, 20000)).save(out, format="PNG")  # a few KB, 400 million pixels
+    reply = ask(client, out.getvalue())
+    assert reply.status_code == 400 and "too large" in reply.json()["error"]
+
+
+def test_concurrent_users_get_their_own_answers(client):
+    inputs = ["digit", "blank", "letter", "noise", "overlaid"] * 3
+    alone = {name: ask(client, example=name).json() for name in set(inputs)}
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda name: ask(client, example=name).json(), inputs))
+    for name, found in zip(inputs, together):
+        assert found["pixels"] == alone[name]["pixels"] and found["samples"] == alone[name]["samples"]
+        assert found["text"] == alone[name]["text"]
+
+
+def start_server(*args: str) -> tuple[subprocess.Popen, str]:
+    """``python -m bnn_zoo.serve ARGS --port 0`` and the address it printed."""
+    server = subprocess.Popen([sys.executable, "-m", "bnn_zoo.serve", *args, "--port", "0", "--device", "cpu"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = server.stdout.readline()
+    match = re.search(r"http://\S+/", line)
+    if not match:
+        server.kill()
+        raise AssertionError(f"no address printed: {line!r} {server.stderr.read()}")
+    return server, match.group(0)
+
+
+def test_the_command_line_serves_the_page_and_refuses_a_bad_model():
+    import httpx
+
+    server, url = start_server("mnist_mlp")
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        page = httpx.get(url).text
+        assert '<canvas id="pad"' in page and 'id="plot"' in page
+        assert httpx.get(url + "api/models").json()["default"] == "mnist_mlp"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.serve", "no_such_model"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().startswith("error: no checkpoint at no_such_model")
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.serve", "--port", "70000"], capture_output=True, text=True)
+    assert done.returncode == 2 and "a port is at most 65535" in done.stderr
+
+
+# -- the page in a browser ---------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="the browser test needs Selenium (the dev extra)")
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no Chromium and chromedriver on this machine (Debian: apt-get install chromium chromium-driver)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not try to download a driver
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1000,860"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, condition, what: str, seconds: float = 60):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        found = driver.execute_script(condition)
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; error shown: {driver.find_element('id', 'error').text!r}")
+
+
+def answer_after(driver, act, what: str) -> str:
+    """Blank the answer, act, and wait for the next one."""
+    driver.execute_script("document.getElementById('answer').textContent = ''")
+    act()
+    return wait_for(driver, "return document.getElementById('answer').textContent.trim()", what)
+
+
+def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select
+
+    server, url = start_server("lenet")
+    try:
+        browser.get(url)
+        wait_for(browser, "return document.body.dataset.ready", "the page to load its models")
+        by_id = lambda name: browser.find_element("id", name)  # noqa: E731
+
+        def draw_seven():  # the strokes of a 7, with the mouse, on the 280 x 280 pad
+            pad = by_id("pad")
+            strokes = [[(-90, -95), (90, -95), (-20, 110)], [(-45, 10), (50, 10)]]
+            for points in strokes:
+                chain = ActionChains(browser).move_to_element_with_offset(pad, *points[0]).click_and_hold()
+                for (x0, y0), (x1, y1) in zip(points, points[1:]):
+                    for t in range(1, 11):
+                        chain.move_by_offset((x1 - x0) / 10, (y1 - y0) / 10)
+                chain.release().perform()
+
+        assert answer_after(browser, draw_seven, "the answer to the drawing") == "7"
+        assert by_id("twin-answer").text == "7"
+        dots = browser.execute_script("return document.querySelectorAll('#plot circle.sample').length")
+        assert dots == 100 * 10  # every sample of every class
+        assert browser.execute_script("return document.querySelectorAll('#threshold-line').length") == 1
+        seen = browser.execute_script("return Array.from(document.getElementById('seen').getContext('2d')"
+                                      ".getImageData(0, 0, 28, 28).data).filter((v, i) => i % 4 == 0)")
+        assert 40 < sum(v > 128 for v in seen) < 300  # the 28 x 28 input shows the strokes
+
+        assert answer_after(browser, by_id("example-blank").click, "the blank example") == "I don't know"
+        assert by_id("why").text.startswith("refused: mutual information")
+        assert answer_after(browser, by_id("example-digit").click, "the digit example") == "7"
+
+        photo = tmp_path / "photo.png"
+        photo.write_bytes(png(example_pixels("digit"), 240, ink_on_paper=True))
+        assert answer_after(browser, lambda: by_id("upload").send_keys(str(photo)), "the uploaded file") == "7"
+
+        def choose_fashion():
+            Select(by_id("model")).select_by_value("lenet_fashion")
+        answer_after(browser, choose_fashion, "the clothing model's answer")
+        labels = browser.execute_script("return Array.from(document.querySelectorAll('#plot text'), t => t.textContent)")
+        assert "Trouser" in labels and "Ankle boot" in labels
+        Select(by_id("model")).select_by_value("lenet")
+
+        broken = tmp_path / "broken.png"
+        broken.write_text("this is not a picture")
+        by_id("upload").send_keys(str(broken))
+        assert "not a readable image" in wait_for(
+            browser, "const e = document.getElementById('error'); return e.style.display == 'block' && e.textContent",
+            "the message about the broken file")
+        by_id("clear").click()
+        by_id("send").click()
+        assert by_id("error").text.startswith("The canvas is empty")
+
+        # the picture for the README: a letter the Bayesian MLP refuses and its twin calls an 8
+        Select(by_id("model")).select_by_value("mnist_mlp")
+        assert answer_after(browser, by_id("example-letter").click, "the letter example") == "I don't know"
+        assert by_id("twin-answer").text == "8"
+        shot = Path(os.environ.get("BNN_ZOO_SCREENSHOT") or tmp_path / "page.png")
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
