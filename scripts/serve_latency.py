@@ -35,12 +35,12 @@ def post(url: str, body: bytes) -> dict:
         return json.loads(reply.read())
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", default="lenet")
     parser.add_argument("--drawings", type=int, default=30)
     parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "bnn_zoo.serve", args.model, "--port", "0",
                                "--device", args.device], stdout=subprocess.PIPE, text=True)

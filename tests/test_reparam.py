@@ -96,7 +96,9 @@ def test_replayed_weights_are_not_taken_for_the_prior_s_draws():
     trace = poutine.trace(guide).get_trace(x)
     with LocalReparameterization():
         out = poutine.replay(model, trace=trace)(x)
-    assert torch.allclose(out, out[:1].expand_as(out))
+    # the same weights for every row: equal up to the matmul's rounding (about 1e-6), where a second
+    # weight set would differ by tenths
+    assert torch.allclose(out, out[:1].expand_as(out), atol=1e-5)
 
 
 def test_it_lowers_the_gradient_variance():
