@@ -70,12 +70,20 @@ def ood_images(name: str, root: Optional[str], size: int, seed: int = 0) -> torc
 
 @lru_cache(maxsize=1)
 def font_files() -> tuple[str, ...]:
-    """Every TrueType font matplotlib finds on the machine, and its own DejaVu Sans."""
+    """Every TrueType font matplotlib finds on the machine, and its own DejaVu Sans. The letters set
+    depends on them: the scoreboard records their names."""
     from matplotlib import font_manager
 
     found = {f for f in font_manager.findSystemFonts(fontext="ttf") if f.lower().endswith(".ttf")}
-    found.add(font_manager.findfont("DejaVu Sans"))
+    found.add(matplotlib_font("DejaVu Sans"))
     return tuple(sorted(found))
+
+
+def matplotlib_font(family: str) -> str:
+    """The file of a font family as matplotlib resolves it (its own copy of DejaVu Sans is always there)."""
+    from matplotlib import font_manager
+
+    return font_manager.findfont(family)
 
 
 def glyph(text: str, font_file: str, angle: float = 0.0) -> torch.Tensor:

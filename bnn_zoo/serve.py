@@ -31,7 +31,7 @@ from .errors import UserError
 from .images import load_image
 from .ladder import Posterior, posteriors
 from .likelihoods import Categorical
-from .ood import drawing, font_files, glyph
+from .ood import drawing, glyph, matplotlib_font
 
 PAGE = Path(__file__).with_name("serve_page.html")
 MAX_UPLOAD = 10 * 1024 * 1024  # bytes; a larger upload is refused before it is read whole
@@ -42,7 +42,7 @@ SEVEN = [[(18, 22), (92, 22), (48, 98)], [(38, 60), (74, 60)]]
 THREE = [[(26, 24), (70, 16), (86, 36), (54, 56), (88, 76), (66, 98), (22, 90)]]
 EXAMPLES = {  # the strip of examples to click: name -> (label, the 28x28 image, white on black)
     "digit": ("a digit", lambda: drawing(SEVEN)),
-    "letter": ("a letter", lambda: glyph("K", font_files()[0])),
+    "letter": ("a letter", lambda: glyph("K", matplotlib_font("DejaVu Sans"))),
     "noise": ("noise", lambda: white_noise(1, seed=0)[0]),
     "blank": ("a blank image", lambda: torch.zeros(28, 28, dtype=torch.uint8)),
     "overlaid": ("two digits overlaid", lambda: torch.maximum(drawing(SEVEN), drawing(THREE))),

@@ -17,7 +17,7 @@ from pathlib import Path
 from bnn_zoo import cli, plots
 from bnn_zoo.checkpoint import MEMBERS, PARTS, load
 from bnn_zoo.evaluate import DEFAULT_OOD, evaluate_run
-from bnn_zoo.ood import NEAR
+from bnn_zoo.ood import NEAR, font_files
 
 IN_DISTRIBUTION = [("accuracy", "accuracy"), ("nll", "NLL"), ("ece", "ECE"), ("refused", "refused"),
                    ("accuracy_accepted", "acc. accepted"), ("aurc", "AURC"), ("risk_at_95", "risk @95%"),
@@ -41,6 +41,8 @@ def score(run_dir: str, samples: int, ood_size: int, near_size: int, **kwargs) -
     sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
     result = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
     result["far"], result["near"] = far, [n for n in near if n not in result["skipped"]]
+    if "letters" in result["near"]:  # the letters set is drawn in the machine's fonts
+        result["letter_fonts"] = [Path(f).name for f in font_files()]
     for part, seconds in training_seconds(run_dir).items():
         if part in result:
             result[part]["cost/train_seconds"] = seconds
@@ -90,7 +92,8 @@ def markdown(results: dict[str, dict]) -> str:
             lines.append(f"| {run} | {model} | {rule} | " + " | ".join(cells) +
                          f" | {_cell(row.get('near/mean_refused'), True)} |")
     for run, r in results.items():
-        lines += ["", f"**{run}**: out-of-distribution sets against its test set", "",
+        fonts = f" (letters drawn in {len(r['letter_fonts'])} fonts)" if "letter_fonts" in r else ""
+        lines += ["", f"**{run}**: out-of-distribution sets against its test set{fonts}", "",
                   "| set | model | " + " | ".join(label for _, label in PER_SET) + " |",
                   "|" + " --- |" * (len(PER_SET) + 2)]
         for name in r["far"] + r["near"]:

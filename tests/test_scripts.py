@@ -132,6 +132,10 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     results = json.loads((out / "scoreboard.json").read_text())[str(certified_run)]
     assert results["far"] == ["notmnist", "noise", "fashion_mnist"]
     assert results["near"] == ["letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank"]
+    from bnn_zoo.ood import font_files  # the fonts that drew the letters, recorded beside them
+
+    assert results["letter_fonts"] == [Path(f).name for f in font_files()] and "DejaVuSans.ttf" in results["letter_fonts"]
+    assert f"(letters drawn in {len(font_files())} fonts)" in printed
     bayes = results["bayes"]
     near = [bayes[f"ood/refused_{n}"] for n in results["near"]]
     assert bayes["near/mean_refused"] == pytest.approx(sum(near) / len(near))
