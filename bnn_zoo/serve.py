@@ -82,19 +82,22 @@ class Answerer:
         self.names = list(dict.fromkeys([default, *shipped_names()]))
         self.default = default
         self._models: dict[str, Model] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # taken by model() on its own and again inside answer()
 
     def model(self, name: str) -> Model:
+        """The model ``name``, loaded on first use under the same lock as the answers (loading runs
+        Pyro code too, and two first requests must not load it twice)."""
         if name not in self.names:
             raise BadRequest(f"unknown model {name!r}; choose from {', '.join(self.names)}")
-        if name not in self._models:
-            trained = load(name, self.device)
-            if not isinstance(trained.model.likelihood, Categorical):
-                raise UserError(f"{name} is a regression run; the page classifies images")
-            found = posteriors(trained)
-            self._models[name] = Model(name, trained, found["bayes"], found.get("twin"),
-                                       CLASS_NAMES[trained.config.data.name])
-        return self._models[name]
+        with self._lock, pyro.settings.context(module_local_params=True):
+            if name not in self._models:
+                trained = load(name, self.device)
+                if not isinstance(trained.model.likelihood, Categorical):
+                    raise UserError(f"{name} is a regression run; the page classifies images")
+                found = posteriors(trained)
+                self._models[name] = Model(name, trained, found["bayes"], found.get("twin"),
+                                           CLASS_NAMES[trained.config.data.name])
+            return self._models[name]
 
     def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
                quantile: float | None = None, samples: int | None = None, seed: int = 0) -> dict:

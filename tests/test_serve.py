@@ -19,6 +19,7 @@ pytest.importorskip("starlette", reason='the page needs the serve extra: pip ins
 pytest.importorskip("httpx", reason="Starlette's test client needs httpx (the dev extra)")
 from starlette.testclient import TestClient  # noqa: E402
 
+from bnn_zoo.checkpoint import load  # noqa: E402
 from bnn_zoo.images import load_image  # noqa: E402
 from bnn_zoo.predict import main as predict_main  # noqa: E402
 from bnn_zoo.serve import EXAMPLES, Answerer, create_app, example_pixels  # noqa: E402
@@ -118,6 +119,26 @@ def test_concurrent_users_get_their_own_answers(client):
     for name, found in zip(inputs, together):
         assert found["pixels"] == alone[name]["pixels"] and found["samples"] == alone[name]["samples"]
         assert found["text"] == alone[name]["text"]
+
+
+def test_first_visitors_load_each_model_once_beside_the_answers(monkeypatch):
+    import bnn_zoo.serve
+
+    alone = {m: Answerer(m, "cpu").answer(m, example_pixels("digit"))["samples"] for m in ("lenet", "mnist_mlp")}
+    loads = []
+    monkeypatch.setattr(bnn_zoo.serve, "load", lambda name, device: loads.append(name) or load(name, device))
+    client = TestClient(create_app(Answerer("lenet", "cpu")))  # nothing loaded yet
+
+    def visit(i):  # page loads (every model's defaults) interleaved with answers
+        if i % 2:
+            return client.get("/api/models").json()["default"]
+        return ask(client, example="digit", model=("lenet", "mnist_mlp")[i // 2 % 2]).json()
+
+    with ThreadPoolExecutor(6) as pool:
+        found = list(pool.map(visit, range(12)))
+    assert found[1::2] == ["lenet"] * 6
+    assert all(reply["samples"] == alone[reply["model"]] for reply in found[::2])
+    assert sorted(loads) == ["lenet", "lenet_fashion", "mnist_mlp"]  # each loaded once
 
 
 def start_server(*args: str) -> tuple[subprocess.Popen, str]:
