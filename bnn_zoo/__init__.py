@@ -12,11 +12,11 @@ Usage::
     probs = bnn_zoo.predict(trained.model, trained.guide, x, num_samples=100)
 """
 from .bnn import BayesianNet, bayesian
-from .checkpoint import Trained, load
+from .trained import Trained, load
 from .elbo import SplitELBO
 from .guides import DirectAutoNormal, make_guide
 from .likelihoods import Categorical, Gaussian
-from .predict import predict  # the function (bnn_zoo.sampling.predict), bound over the module's name
+from .sampling import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
 from .priors import GaussianPrior, ScaleMixturePrior, make_prior
 from .reparam import LocalReparameterization
 from .twin import Twin

@@ -78,12 +78,21 @@ class Decision:
                 "refused_by": [signal if r == "gate" else r for r in self.reasons(i)]}
 
 
-def _check(probs: torch.Tensor) -> None:
+def check_probs(probs: torch.Tensor) -> None:
+    """Refuse anything but sampled probabilities [S, N, C] of at least one sample, input and class."""
+    if not isinstance(probs, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor of sampled probabilities [S, N, C], got a "
+                        f"{type(probs).__name__}; pass torch.as_tensor(probs)")
+    if not probs.is_floating_point():
+        raise TypeError(f"expected floating-point probabilities, got {probs.dtype}; pass probs.float()")
     if probs.dim() != 3:
         raise ValueError(f"expected sampled probabilities [S, N, C], got shape {tuple(probs.shape)}; "
                          "for one deterministic softmax [N, C] pass probs.unsqueeze(0)")
-    if probs.numel() and not (torch.isfinite(probs).all() and (probs >= 0).all()
-                              and torch.allclose(probs.sum(-1), probs.new_ones(()), atol=1e-3)):
+    for size, what in zip(probs.shape, ("samples (S)", "inputs (N)", "classes (C)")):
+        if not size:
+            raise ValueError(f"no {what}: the probabilities have shape {tuple(probs.shape)}")
+    if not (torch.isfinite(probs).all() and (probs >= 0).all()
+            and torch.allclose(probs.sum(-1), probs.new_ones(()), atol=1e-3)):
         raise ValueError("expected probabilities (finite, non-negative, each row summing to 1); "
                          "for logits pass logits.softmax(-1)")
 
@@ -93,7 +102,7 @@ def abstain(probs: torch.Tensor, quantile: float = 0.5, threshold: float = 0.2, 
     """Accept each class whose ``quantile`` (over the S samples) of its probability is at least
     ``threshold``; refuse inputs with no accepted class, and, with a ``signal``, inputs whose
     uncertainty (bits) exceeds ``cut``."""
-    _check(probs)
+    check_probs(probs)
     Rule(quantile, threshold, signal, cut)  # checks the values
     q = torch.quantile(probs.float(), quantile, dim=0)
     gated = (uncertainty(probs, quantile)[signal] > cut if signal is not None
@@ -140,7 +149,7 @@ def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
 def uncertainty(probs: torch.Tensor, quantile: float = 0.5) -> dict[str, torch.Tensor]:
     """Per-input scores [N]: predictive entropy, expected entropy and mutual information (bits),
     the max mean probability, and the quantile probability of the top class."""
-    _check(probs)
+    check_probs(probs)
     mean = probs.mean(0)
     total = _entropy_bits(mean)
     expected = _entropy_bits(probs).mean(0)

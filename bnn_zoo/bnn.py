@@ -22,7 +22,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from .guides import make_guide
-from .likelihoods import Likelihood, make_likelihood
+from .likelihoods import Likelihood, check_num_data, make_likelihood
 from .priors import GaussianPrior
 
 # Layers whose parameters stay point estimates (no prior), as is usual for normalization layers:
@@ -146,6 +146,7 @@ def bayesian(net: nn.Module, prior: Optional[nn.Module] = None,
     if isinstance(likelihood, str):
         likelihood = make_likelihood(likelihood, num_data)
     elif num_data is not None:
+        check_num_data(num_data)
         if likelihood.num_data not in (None, num_data):
             raise ValueError(f"num_data={num_data} contradicts the likelihood's num_data="
                              f"{likelihood.num_data}; give one of them")

@@ -22,13 +22,14 @@ import torch
 from . import cli
 from .abstention import SIGNALS, Rule
 from .calibration import NotCertified, certify, check_settings
-from .checkpoint import CALIBRATION, Trained, load
+from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS
+from .trained import Trained, certified_weights, load
 from .config import pick_device
 from .data import load_torchvision, normalize, validation_split
 from .errors import ConfigError
 from .likelihoods import Categorical
 from .ladder import sampled_probs
-from .runs import write_atomic
+from .files import check_writable, write_atomic
 
 
 def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,17 +46,19 @@ def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torc
 def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
                       signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
                       seed: int = 0, data_root: str | None = None) -> dict:
-    """Certify each model's rule and write calibration.json; returns its content. A model whose
-    rule cannot be certified gets an ``error`` entry and keeps the seed's rule."""
+    """Certify each model's rule and write calibration.json, with a record of the weights it
+    certified (``load`` refuses it once they change); returns its content. A model whose rule
+    cannot be certified gets an ``error`` entry and keeps the seed's rule."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
     check_settings(risk, delta, max_refusal)
     Rule(quantile, signal=signal)
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
+    check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling
     x, labels = validation_set(trained, data_root)
     pyro.set_rng_seed(seed)
-    found = {}
+    found = {CERTIFIED_WEIGHTS: certified_weights(trained)}
     for part, probs in sampled_probs(trained, x, samples).items():
         try:
             calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
@@ -84,6 +87,8 @@ def summary(found: dict) -> str:
     """One line per model: its rule and what validation said about it."""
     lines = []
     for part, c in found.items():
+        if part == CERTIFIED_WEIGHTS:
+            continue
         if "error" in c:
             lines.append(f"{part}: not certified ({c['error']}); the seed's rule stays")
             continue

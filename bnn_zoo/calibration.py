@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .abstention import Rule, abstain, uncertainty
+from .abstention import Rule, abstain, check_probs, uncertainty
 
 THRESHOLDS = tuple(round(0.2 + 0.05 * i, 2) for i in range(15))  # 0.2 ... 0.9
 # bits, 12 a decade (steps of 21%): entropy and mutual information of 10 classes stay below 3.33
@@ -87,6 +87,10 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     or calibrate on more inputs)."""
     check_settings(risk, delta, max_refusal)
     Rule(quantile, signal=signal)  # checks the quantile and the signal's name
+    check_probs(probs)
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"expected the labels as a torch.Tensor [N], got a {type(labels).__name__}; "
+                        "pass torch.as_tensor(labels)")
     labels = labels.to(probs.device)
     if labels.shape != probs.shape[1:2]:
         raise ValueError(f"expected one label per input ({probs.shape[1]}), got shape {tuple(labels.shape)}")

@@ -14,24 +14,35 @@ import argparse
 import sys
 from typing import Callable
 
+from .config import MAX_SAMPLES
 from .errors import UserError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes end as the commands' others do: one line, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
 
 
 def command_parser(prog: str | None, doc: str) -> argparse.ArgumentParser:
     """A parser whose description is the first paragraph of ``doc`` and whose epilog is the rest."""
     first, _, rest = (doc or "").strip().partition("\n\n")
-    return argparse.ArgumentParser(prog=prog, description=first, epilog=rest or None,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return OneLineParser(prog=prog, description=first, epilog=rest or None,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def count(text: str, least: int = 1) -> int:
-    """An argparse type: a whole number >= ``least`` (argparse names the option when it is not)."""
+def count(text: str, least: int = 1, most: int | None = None, unit: str = "") -> int:
+    """An argparse type: a whole number from ``least`` to ``most`` (None: no bound), ``unit`` what
+    it counts (argparse names the option when it is out of range)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+    if most is not None and value > most:
+        raise argparse.ArgumentTypeError(f"at most {most}{' ' + unit if unit else ''}, got {value}")
     return value
 
 
@@ -39,11 +50,18 @@ def seed(text: str) -> int:
     return count(text, least=0)
 
 
+def posterior_samples(text: str) -> int:
+    """An argparse type: posterior samples per input, 1 to MAX_SAMPLES (the predictive holds
+    samples x inputs x classes numbers)."""
+    return count(text, most=MAX_SAMPLES, unit="posterior samples")
+
+
 def add_sampling_options(parser: argparse.ArgumentParser, samples: int | str = 100) -> None:
     """How to draw from a run: posterior samples (a number, or where the default comes from),
     seed and device."""
-    parser.add_argument("--samples", type=count, default=samples if isinstance(samples, int) else None,
-                        help=f"posterior samples per input (default {samples})")
+    parser.add_argument("--samples", type=posterior_samples,
+                        default=samples if isinstance(samples, int) else None,
+                        help=f"posterior samples per input, at most {MAX_SAMPLES} (default {samples})")
     parser.add_argument("--seed", type=seed, default=0, help="seed for the posterior draws (default 0)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
 

@@ -4,14 +4,15 @@ Usage: ``cfg = load_config("lenet", ["train.epochs=1", "data.root=/data"])``
 """
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .abstention import Rule
@@ -24,6 +25,8 @@ from .zoo import ARCHITECTURES
 
 
 MAX_SAMPLES = 10000  # posterior samples per input, for any figure
+MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
 
 
 @dataclass
@@ -162,12 +165,12 @@ def config_path(name: str) -> Path:
     # directory holds a folder of that name (a run directory, say).
     if path.suffix in (".yaml", ".yml") or path.is_file() or len(path.parts) > 1:
         if not path.is_file():
-            raise ConfigError(f"config file {name!r} does not exist")
+            raise ConfigError(f"config file {_show(name)} does not exist")
         return path
     for folder in config_dirs():
         if (folder / f"{name}.yaml").is_file():
             return folder / f"{name}.yaml"
-    raise ConfigError(f"no config named {name!r}; shipped configs: {', '.join(config_names())}; "
+    raise ConfigError(f"no config named {_show(name)}; shipped configs: {', '.join(config_names())}; "
                       "or give a path to a .yaml file")
 
 
@@ -183,7 +186,8 @@ def config_names() -> list[str]:
 
 
 def make_config(base: Any = None, overrides: list[str] | dict | None = None) -> DictConfig:
-    """Merge ``base`` (a dict or DictConfig) and overrides onto the typed defaults.
+    """Merge ``base`` (a dict or DictConfig) and overrides onto the typed defaults, interpolations
+    resolved.
 
     Unknown keys and values of the wrong type raise ConfigError naming the key.
     """
@@ -192,35 +196,69 @@ def make_config(base: Any = None, overrides: list[str] | dict | None = None) -> 
         raise ConfigError(f"a config is a mapping of sections (arch: lenet, train: {{epochs: 3}}, ...), "
                           f"not a {type(base).__name__}")
     try:
-        if base is not None:
-            _check_sections(base)
-            cfg = OmegaConf.merge(cfg, base)
-        if isinstance(overrides, dict):
-            _check_sections(overrides)
-            cfg = OmegaConf.merge(cfg, overrides)
-        elif overrides:
-            bad = [o for o in overrides if "=" not in o]
-            if bad:
-                raise ConfigError(f"override {bad[0]!r} is not of the form key=value "
-                                  "(for example train.epochs=3)")
-            dotted = OmegaConf.from_dotlist(list(overrides))
-            _check_sections(dotted)
-            cfg = OmegaConf.merge(cfg, dotted)
+        layers = [base, overrides] if isinstance(overrides, dict) else [base, *map(_parse, overrides or ())]
+        for layer in layers:
+            if layer is not None:
+                _check_sections(layer)
+                cfg = OmegaConf.merge(cfg, layer)
+        OmegaConf.resolve(cfg)
     except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", None)
-        raise ConfigError(f"bad config key {key!r}: {err.msg if hasattr(err, 'msg') else err}"
-                          .split("\n    full_key")[0]) from None
+        raise _explained(err) from None
     _check(cfg)
     return cfg
 
 
+def _show(value: Any) -> str:
+    """A user's value as a message quotes it, cut to 60 characters."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+# What a key must be, for OmegaConf's messages on a value it cannot convert
+_KINDS = {"to Integer": "a whole number", "to Float": "a number", "valid bool": "true or false",
+          "to string": "a string"}
+
+
+def _explained(err: OmegaConfBaseException) -> ConfigError:
+    """OmegaConf's error as one line naming the key, the values it quotes shortened."""
+    reason = str(getattr(err, "msg", err)).split("\n")[0]
+    kind = next((kind for words, kind in _KINDS.items() if words in reason), None)
+    reason = f"must be {kind}, not {_show(err.value)}" if kind else _short_quotes(reason)
+    return ConfigError(f"bad config key {_show(getattr(err, 'full_key', None))}: {reason}")
+
+
+def _short_quotes(text: str) -> str:
+    """``text`` with each value it quotes ('...') shortened as _show does."""
+    return re.sub(r"'([^']*)'", lambda quoted: _show(quoted.group(1)), text)
+
+
+def _parse(override: str) -> DictConfig:
+    """One ``key=value`` override as a config."""
+    if "=" not in override:
+        raise ConfigError(f"override {_show(override)} is not of the form key=value (for example train.epochs=3)")
+    try:
+        return OmegaConf.from_dotlist([override])
+    except (yaml.YAMLError, ValueError) as err:  # YAML syntax, or an integer of too many digits
+        raise ConfigError(f"override {_show(override)}: cannot read its value ({_one_line(err)})") from None
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+HIDDEN = "give one or more whole positive widths (for example [400, 400]), or null for the architecture's default"
+
+
 def _check_sections(base) -> None:
-    """Each section (model, data, train, mcmc, abstention) must be a mapping of its keys."""
+    """Each section (model, data, train, mcmc, abstention) must be a mapping of its keys, model.hidden a list."""
     for section in ("model", "data", "train", "mcmc", "abstention"):
-        value = base.get(section) if hasattr(base, "get") else None
+        value = base.get(section)
         if value is not None and not isinstance(value, (dict, DictConfig)):
             raise ConfigError(f"bad config section {section!r}: a mapping of its keys (for example "
-                              f"{section}: {{{_example(section)}}}), not {value!r}")
+                              f"{section}: {{{_example(section)}}}), not {_show(value)}")
+    hidden = (base.get("model") or {}).get("hidden")
+    if hidden is not None and not isinstance(hidden, (list, ListConfig)):
+        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {_show(hidden)}")
 
 
 def _example(section: str) -> str:
@@ -236,95 +274,92 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
         try:
             base = OmegaConf.load(path)
         except Exception as err:  # YAML syntax errors come in many types
-            raise ConfigError(f"cannot read config {str(path)!r}: {err}") from None
+            raise ConfigError(f"cannot read config {str(path)!r}: {_one_line(err)}") from None
         if not isinstance(base, DictConfig):
             raise ConfigError(f"config {str(path)!r} holds a {type(base).__name__} at its top level; a config "
                               "is a mapping of sections (arch: lenet, train: {epochs: 3}, ...)")
     return make_config(base, overrides)
 
 
+COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
+# The whole-number keys: (least, most); null, where allowed, means a default
+WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.train_limit": COUNT, "data.test_limit": COUNT,
+         "train.epochs": COUNT, "train.batch_size": COUNT, "train.lr_step": COUNT, "train.num_particles": COUNT,
+         "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
+         "train.twin_epochs": COUNT, "train.members": COUNT, "train.member": SIZE, "mcmc.num_samples": COUNT,
+         "mcmc.warmup_steps": SIZE, "mcmc.max_tree_depth": COUNT, "abstention.samples": (1, MAX_SAMPLES),
+         "seed": (0, 2 ** 32 - 1)}
+# Keys that must be finite positive numbers
+POSITIVE = ("model.prior_scale", "model.mixture_scale1", "model.mixture_scale2", "model.init_scale",
+            "model.noise_scale", "train.lr", "train.lr_gamma", "train.kl_weight", "train.twin_lr")
+# Keys that are fractions, and the interval of 0 and 1 each must lie in (the abstention section's
+# are checked by bnn_zoo.calibration)
+FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "train.twin_dropout": "[0, 1)",
+             "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)"}
+
+
 def _check(cfg: DictConfig) -> None:
+    """What types cannot say: names from a list, ranges, and keys that must agree."""
     if cfg.arch not in ARCHITECTURES:
-        raise ConfigError(f"bad config key 'arch': unknown architecture {cfg.arch!r}; "
+        raise ConfigError(f"bad config key 'arch': unknown architecture {_show(cfg.arch)}; "
                           f"choose one of {', '.join(ARCHITECTURES)}")
     spec = ARCHITECTURES[cfg.arch]
     if cfg.data.name is not None and cfg.data.name not in spec.datasets:
-        raise ConfigError(f"bad config key 'data.name': {cfg.data.name!r} does not suit "
+        raise ConfigError(f"bad config key 'data.name': {_show(cfg.data.name)} does not suit "
                           f"{cfg.arch}; choose one of {', '.join(spec.datasets)}")
     if cfg.model.hidden is not None and not spec.has_hidden:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
-    choices = {"model.prior": (cfg.model.prior, PRIORS), "model.noise": (cfg.model.noise, NOISE_MODES),
-               "model.reparam": (cfg.model.reparam, ("weights", "local")),
-               "model.guide": (cfg.model.guide, GUIDES), "infer": (cfg.infer, ("svi", "nuts")),
-               "train.elbo": (cfg.train.elbo, ("meanfield", "trace"))}
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise ConfigError(f"bad config key {key!r}: choose {' or '.join(allowed)}, not {value!r}")
-    if not 0 < cfg.model.mixture_pi < 1:
-        raise ConfigError(f"bad config key 'model.mixture_pi': must lie strictly between 0 and 1, "
-                          f"got {cfg.model.mixture_pi}")
-    if cfg.train.lr_schedule not in ("constant", "cosine", "step"):
-        raise ConfigError("bad config key 'train.lr_schedule': choose constant, cosine or step, "
-                          f"not {cfg.train.lr_schedule!r}")
-    positive = {"model.prior_scale": cfg.model.prior_scale, "model.init_scale": cfg.model.init_scale,
-                "model.mixture_scale1": cfg.model.mixture_scale1,
-                "model.mixture_scale2": cfg.model.mixture_scale2,
-                "model.noise_scale": cfg.model.noise_scale, "train.epochs": cfg.train.epochs,
-                "train.batch_size": cfg.train.batch_size, "train.lr": cfg.train.lr,
-                "train.lr_step": cfg.train.lr_step, "train.lr_gamma": cfg.train.lr_gamma,
-                "train.kl_weight": cfg.train.kl_weight,
-                "train.num_particles": cfg.train.num_particles,
-                "train.val_samples": cfg.train.val_samples,
-                "train.test_samples": cfg.train.test_samples, "train.eval_every": cfg.train.eval_every,
-                "model.guide_rank": cfg.model.guide_rank, "train.members": cfg.train.members,
-                "mcmc.num_samples": cfg.mcmc.num_samples,
-                "mcmc.max_tree_depth": cfg.mcmc.max_tree_depth, "abstention.samples": cfg.abstention.samples}
-    # null means "the default" for these; a number must be a real one
-    positive.update({key: value for key, value in (
-        ("train.twin_epochs", cfg.train.twin_epochs), ("train.twin_lr", cfg.train.twin_lr),
-        ("data.train_limit", cfg.data.train_limit), ("data.test_limit", cfg.data.test_limit))
-        if value is not None})
-    for key, value in positive.items():
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {value}")
-    for key in ("train.val_samples", "train.test_samples", "abstention.samples"):
-        if OmegaConf.select(cfg, key) > MAX_SAMPLES:
-            raise ConfigError(f"bad config key {key!r}: at most {MAX_SAMPLES} posterior samples (the "
-                              f"predictive holds samples x inputs x classes numbers), got "
-                              f"{OmegaConf.select(cfg, key)}")
-    if cfg.model.hidden is not None and not (len(cfg.model.hidden) and all(w > 0 for w in cfg.model.hidden)):
-        raise ConfigError(f"bad config key 'model.hidden': give one or more positive widths (for example "
-                          f"[400, 400]), or null for the architecture's default; got {list(cfg.model.hidden)}")
-    if cfg.data.val_size < 0 or cfg.mcmc.warmup_steps < 0:
-        key = "data.val_size" if cfg.data.val_size < 0 else "mcmc.warmup_steps"
-        raise ConfigError(f"bad config key {key!r}: must be >= 0, got {OmegaConf.select(cfg, key)}")
-    if not 0 <= cfg.train.lr_min_factor <= 1:
-        raise ConfigError(f"bad config key 'train.lr_min_factor': must lie in [0, 1], got {cfg.train.lr_min_factor}")
-    if not 0 <= cfg.train.twin_dropout < 1:
-        raise ConfigError(f"bad config key 'train.twin_dropout': a dropout rate in [0, 1), got {cfg.train.twin_dropout}")
+    choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
+               "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
+               "train.lr_schedule": ("constant", "cosine", "step")}
+    for key, allowed in choices.items():
+        if OmegaConf.select(cfg, key) not in allowed:
+            raise ConfigError(f"bad config key {key!r}: choose {' or '.join(allowed)}, "
+                              f"not {_show(OmegaConf.select(cfg, key))}")
+    _check_device_name(cfg.device)  # whether this machine has it is pick_device's to say
+    for key, (least, most) in WHOLE.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not least <= value <= most:
+            raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
+                              f"got {_show(value)}")
+    for key in POSITIVE:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {_show(value)}")
+    for key, interval in FRACTIONS.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not ((value > 0 if interval[0] == "(" else value >= 0) and
+                                      (value < 1 if interval[-1] == ")" else value <= 1)):
+            raise ConfigError(f"bad config key {key!r}: must lie in {interval}, got {_show(value)}")
+    hidden = cfg.model.hidden
+    if hidden is not None and not (len(hidden) and all(isinstance(w, int) and 0 < w <= MAX_COUNT for w in hidden)):
+        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {_show(OmegaConf.to_container(hidden))}")
     fewest = min(cfg.train.test_samples, cfg.abstention.samples)
     if cfg.train.members > fewest:  # a mixture draws at least one sample from every member
         raise ConfigError(f"bad config key 'train.members': an ensemble of {cfg.train.members} needs at least "
                           f"as many posterior samples; train.test_samples and abstention.samples are {fewest} "
                           "at the least: raise them or use fewer members")
-    if cfg.train.member < 0 or (cfg.train.member and cfg.train.members > 1):
+    if cfg.train.member and cfg.train.members > 1:
         raise ConfigError(f"bad config key 'train.member': set by training for an ensemble's members; leave it "
                           f"out (got member {cfg.train.member} of members {cfg.train.members})")
-    if not 0 <= cfg.seed < 2 ** 32:
-        raise ConfigError(f"bad config key 'seed': must lie in [0, 2^32), got {cfg.seed}")
+    last = cfg.seed + cfg.train.members - 1  # member i's seed is seed + i
+    if last >= 2 ** 32:
+        raise ConfigError(f"bad config key 'seed': with train.members={cfg.train.members} the members use seeds "
+                          f"{cfg.seed}..{last}; seed + members - 1 must be below 2^32")
     for key in ("run_dir", "resume"):
         value = OmegaConf.select(cfg, key)
-        if value is not None and Path(value).exists() and not Path(value).is_dir():
+        try:
+            is_file = value is not None and Path(value).exists() and not Path(value).is_dir()
+        except OSError as err:  # a name too long, say
+            raise ConfigError(f"bad config key {key!r}: cannot use {_show(value)} ({err.strerror})") from None
+        if is_file:
             raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
     a = cfg.abstention
     try:  # the checks certify and Rule make, before any training
         check_settings(a.risk, a.delta, a.max_refusal)
         Rule(a.quantile, signal=a.signal)
     except ValueError as err:
-        raise ConfigError(f"bad config section 'abstention': {err}") from None
-    if not 0 < cfg.mcmc.target_accept < 1:
-        raise ConfigError(f"bad config key 'mcmc.target_accept': must lie strictly between 0 and 1, "
-                          f"got {cfg.mcmc.target_accept}")
+        raise ConfigError(f"bad config section 'abstention': {_short_quotes(str(err))}") from None
 
 
 def resolved(cfg: DictConfig) -> DictConfig:
@@ -341,15 +376,23 @@ def resolved(cfg: DictConfig) -> DictConfig:
 
 
 def pick_device(name: str) -> torch.device:
-    """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N."""
+    """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N, mps."""
+    _check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"bad config key 'device': {name!r} is not a device "
-                          "(auto, cpu, cuda, cuda:N)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"bad config key 'device': {name} asked for but CUDA is not available; "
+    kind, _, index = name.partition(":")
+    if kind != "cpu" and not (torch.cuda if kind == "cuda" else torch.backends.mps).is_available():
+        raise ConfigError(f"bad config key 'device': {name} asked for but {kind.upper()} is not available; "
                           "use device=auto or device=cpu")
-    return device
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise ConfigError(f"bad config key 'device': {name} asked for but this machine has {count} CUDA "
+                          f"device(s); use cuda:0 to cuda:{count - 1}")
+    return torch.device(name)
+
+
+def _check_device_name(name: str) -> None:
+    """A device's name must be one of pick_device's forms, whatever this machine has."""
+    if not DEVICES.fullmatch(name):
+        raise ConfigError(f"bad config key 'device': {_show(name)} is not a device; choose auto, cpu, cuda, "
+                          "cuda:N or mps")

@@ -23,3 +23,8 @@ class CheckpointError(UserError, RuntimeError):
 
 class TrainingError(UserError, RuntimeError):
     """Training cannot go on (a non-finite loss); the last good checkpoint is kept."""
+
+
+class StorageError(UserError, RuntimeError):
+    """A file or folder that cannot be written or read as asked (read-only, full, a planted link,
+    damaged); the message names it, and what was there before is intact."""

@@ -16,7 +16,8 @@ import torch
 
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
-from .checkpoint import PARTS, Trained, load
+from .checkpoint import PARTS
+from .trained import Trained, load
 from .config import pick_device
 from .cost import Cost
 from .data import load_torchvision, normalize
@@ -25,7 +26,7 @@ from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
 from .ood import OOD_SETS, ood_images
 from .ladder import posteriors, sampled_probs
-from .runs import write_atomic
+from .files import check_writable, write_atomic
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         if not output.parent.is_dir():  # found out before the work, not after
             raise ConfigError(f"--output {output}: folder {output.parent} does not exist; create it or "
                               "write elsewhere")
+        if output.is_symlink() or output.is_dir():
+            raise ConfigError(f"--output {output} is a {'symbolic link' if output.is_symlink() else 'folder'}; "
+                              "give the path of a file to write")
+        check_writable(output.parent)
         results = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
                                args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root, args.device)
         write_atomic(output, json.dumps(results, indent=2))

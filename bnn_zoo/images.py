@@ -1,20 +1,26 @@
 """A person's image file as the networks see their inputs: MNIST's 28x28, white on black.
 
-Reads what people send: any format Pillow opens, EXIF orientation applied, transparency composited
-on the background that contrasts with the ink, 16-bit and floating-point pixels scaled to 0..255,
-then the ink fitted into 20x20 and centred by its centre of mass, as MNIST's digits were (a drawing
-in a corner of a canvas reads as the digit it is; a 28x28 image is taken as it is).
+Reads what people send in the raster formats of FORMATS: EXIF orientation applied, transparency
+composited on the background that contrasts with the ink, 16-bit and floating-point pixels scaled
+to 0..255, then the ink fitted into 20x20 and centred by its centre of mass, as MNIST's digits were
+(a drawing in a corner of a canvas reads as the digit it is; a 28x28 image is taken as it is).
 
 Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``
 """
 from __future__ import annotations
 
+import struct
 import warnings
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
 
+# The formats read: Pillow's plugin name, the name people know. Only raster formats Pillow decodes
+# itself: no other plugin sees a file (Pillow renders EPS by running Ghostscript, an outside program).
+FORMATS = {"PNG": "PNG", "JPEG": "JPEG", "GIF": "GIF", "BMP": "BMP", "TIFF": "TIFF", "WEBP": "WebP",
+           "PPM": "PGM/PPM"}  # Pillow's PPM plugin reads PBM, PGM and PPM
+SEND = f"send {', '.join(list(FORMATS.values())[:-1])} or {list(FORMATS.values())[-1]}"
 # Larger images are refused before they are decoded (a 48 KB PNG can hold 20000 x 20000 pixels).
 MAX_PIXELS = 25_000_000
 # Where the ink's box ends when a picture is centred: fainter pixels (a photo's paper, JPEG's
@@ -30,14 +36,15 @@ def load_image(path: str | Path | BinaryIO, invert: str = "auto", centre: bool =
     ``centre``: fit the ink (the pixels brighter than INK_FLOOR) into 20x20 and centre it by its
     mass in 28x28, as MNIST's digits were; False: the whole image resized to 28x28. An image of
     28x28 is taken as it is, already in MNIST's format.
-    Raises ValueError with the reason when the file cannot be read as an image.
+    Raises ValueError with the reason when the file cannot be read as an image: a format not in
+    FORMATS, a broken or huge file, pixels that are not numbers (NaN or inf).
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(path, formats=list(FORMATS)) as img:
                 width, height = img.size
                 if width * height > MAX_PIXELS:
                     raise ValueError(f"{width} x {height} pixels is too large (at most {MAX_PIXELS:,}); "
@@ -47,7 +54,11 @@ def load_image(path: str | Path | BinaryIO, invert: str = "auto", centre: bool =
         raise ValueError("no such file") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ValueError(f"too large to decode safely ({err}); scale it down first") from None
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+    except UnidentifiedImageError:
+        refused = _other_format(path)
+        raise ValueError(f"not an image format bnn-zoo reads ({refused}); {SEND}" if refused else
+                         f"not a readable image; {SEND}") from None
+    except (OSError, SyntaxError) as err:
         raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
     pixels = _resized(gray)
     border = torch.cat([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).float().mean()
@@ -83,11 +94,48 @@ def centred(glyph, floor: int = 0) -> torch.Tensor:
     return out.clamp(0, 255).to(torch.uint8)
 
 
+def _other_format(path: str | Path | BinaryIO) -> str | None:
+    """The format Pillow would take a file for among those not read (EPS, ...), by its first bytes
+    alone, as Pillow identifies formats: no plugin opens the file. None when no format claims it."""
+    from PIL import Image
+
+    Image.init()
+    prefix = _first_bytes(path)
+    for name, (_, accept) in Image.OPEN.items():
+        if name in FORMATS or accept is None:
+            continue
+        try:
+            claims = accept(prefix)
+        except (struct.error, IndexError, TypeError, SyntaxError):  # as Pillow: a prefix too short to check
+            continue
+        if claims and not isinstance(claims, str):  # a str is Pillow's "needs a missing library"
+            return name
+    return None
+
+
+def _first_bytes(path: str | Path | BinaryIO) -> bytes:
+    """A file's first 16 bytes, read again; b"" from a pipe, which Pillow has read to its end."""
+    if isinstance(path, (str, Path)):
+        if not Path(path).is_file():
+            return b""
+        with open(path, "rb") as fp:
+            return fp.read(16)
+    if not path.seekable():
+        return b""
+    path.seek(0)
+    return path.read(16)
+
+
 def _grayscale(img) -> torch.Tensor:
     """Luminance 0..255 as float [H, W]: transparent pixels take the background that contrasts with
     the ink (a dark digit drawn on nothing gets white paper), wide pixel types are scaled."""
     if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        values = _floats(img if img.mode == "F" else img.convert("F")).clamp_min(0)
+        values = _floats(img if img.mode == "F" else img.convert("F"))
+        broken = int((~values.isfinite()).sum())
+        if broken:
+            raise ValueError(f"holds {broken} non-finite pixels (NaN or inf); every pixel must be a number "
+                             "(floats 0..1 or 0..255)")
+        values = values.clamp_min(0)
         if img.mode.startswith("I;16"):
             return values * (255.0 / 65535)  # 16 bits, whatever the picture's brightest pixel
         top = float(values.max()) if values.numel() else 0.0

@@ -24,7 +24,7 @@ from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 from torch import nn
 
 from .bnn import BayesianNet
-from .checkpoint import Trained
+from .trained import Trained
 from .sampling import check_inputs, predict
 from .twin import Twin
 

@@ -25,6 +25,12 @@ from pyro.nn import PyroModule
 from .priors import hyperparameter
 
 
+def check_num_data(num_data: Optional[int]) -> None:
+    """Refuse a training set's size that is not a positive integer (None: unknown, allowed)."""
+    if num_data is not None and (isinstance(num_data, bool) or not isinstance(num_data, int) or num_data < 1):
+        raise ValueError(f"num_data is the size of the training set, a positive integer; got {num_data!r}")
+
+
 class Likelihood(PyroModule):
     """Base class: the data plate and the ``obs`` site around ``distribution(out)``.
 
@@ -39,10 +45,7 @@ class Likelihood(PyroModule):
 
     def __init__(self, num_data: Optional[int] = None):
         super().__init__()
-        if num_data is not None and (isinstance(num_data, bool) or not isinstance(num_data, int)
-                                     or num_data < 1):
-            raise ValueError(f"num_data is the size of the training set, a positive integer; got "
-                             f"{num_data!r}")
+        check_num_data(num_data)
         self.num_data = num_data
 
     def data_plate(self, batch: int, observed: bool, device) -> pyro.plate:

@@ -9,12 +9,13 @@ Usage: ``training_curve(metrics, "runs/x/training.png")``
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+
+from .files import write_atomic
 
 POSTERIOR_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:orange")
 
@@ -26,10 +27,7 @@ def _np(t) -> np.ndarray:
 def _save(fig: Figure, path: Path, dpi: int = 110) -> Figure:
     """Lay out and write the figure whole: to a temporary name, then renamed over ``path``."""
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # the suffix picks the format
-    fig.savefig(tmp, dpi=dpi)
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
     return fig
 
 

@@ -11,20 +11,32 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
 
 import pyro
 import torch
 
 from . import cli
 from .abstention import SIGNALS, uncertainty
-from .checkpoint import PARTS, load
+from .checkpoint import PARTS
+from .trained import load
 from .config import pick_device
 from .data import normalize
 from .errors import ConfigError
 from .images import load_image
 from .ladder import posteriors
 from .likelihoods import Categorical
-from .sampling import predict  # noqa: F401  (bnn_zoo.predict is this function: see bnn_zoo/__init__.py)
+from .sampling import predict
+
+
+class _CallableModule(types.ModuleType):
+    """Importing this module sets ``bnn_zoo.predict``, the function, to it (as Python binds every
+    submodule on its package): calling it calls that function."""
+
+    __call__ = staticmethod(predict)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,13 +97,20 @@ def _answer(args) -> int:
         print(rule_text + ("" if certified else " (the seed's rule: this run has no certified rule; "
                                                 "python -m bnn_zoo.calibrate RUN_DIR writes one)"))
     for a in answers if not args.json else []:
+        name = _printable(a["file"])
         if "error" in a:
-            print(f"{a['file']}: error: {a['error']}")
+            print(f"{name}: error: {a['error']}")
         elif a["answer"] is None:
-            print(f"{a['file']}: I don't know (refused by {' and '.join(a['refused_by'])})")
+            print(f"{name}: I don't know (refused by {' and '.join(a['refused_by'])})")
         else:
-            print(f"{a['file']}: " + ", ".join(f"{c} ({p:.2f})" for c, p in a["accepted"].items()))
+            print(f"{name}: " + ", ".join(f"{c} ({p:.2f})" for c, p in a["accepted"].items()))
     return 1 if any("error" in a for a in answers) else 0
+
+
+def _printable(name: str) -> str:
+    """A file name as it is, or quoted with Python's escapes when it holds characters a terminal does
+    not print as themselves (a newline in a name would forge an answer line)."""
+    return name if name.isprintable() else repr(name)
 
 
 if __name__ == "__main__":

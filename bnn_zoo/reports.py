@@ -15,6 +15,7 @@ from . import cli, plots
 from .abstention import abstain, risk_coverage
 from .data import normalize
 from .evaluate import in_distribution, load_for_evaluation
+from .files import write_atomic
 from .ood import ood_images
 from .ladder import sampled_probs
 from .metrics import reliability_bins
@@ -55,7 +56,7 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                       "rule": rules[part].to_dict()}
     result = {"run_dir": str(run_dir), "ood": ood, "num_samples": num_samples, "rule": rule,
               "test_size": len(labels), "ood_size": len(ood_raw), **rows}
-    (out_dir / f"reject_{ood}.json").write_text(json.dumps(result, indent=2))
+    write_atomic(out_dir / f"reject_{ood}.json", json.dumps(result, indent=2))
     _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rules["bayes"], grid)
     return result
 

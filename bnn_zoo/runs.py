@@ -1,9 +1,12 @@
 """A run directory belongs to one run: a lock while a process trains into it, a refusal to start a
-new run where another one lives (unless told to replace it), and files written whole.
+new run where another one lives (unless told to replace it), a mark that says which files are the
+run's (a replaced run takes only those with it), and files written whole (``bnn_zoo.files``).
 
 Usage::
 
     with claim(run_dir, overwrite=False, resuming=False):
+        remove_run_files(run_dir)        # overwrite=true: the old run's own files, nothing else
+        mark(run_dir)
         write_atomic(run_dir / "config.yaml", text)
 """
 from __future__ import annotations
@@ -15,35 +18,52 @@ from pathlib import Path
 
 from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from .errors import ConfigError
+from .files import check_writable, make_folder, open_lock, write_atomic
 
 LOCK = ".lock"
+MARK = ".bnn_zoo_run"  # written when a run starts: the run files beside it are that run's
 # Everything a run writes into its directory (bnn_zoo.train, bnn_zoo.calibrate, bnn_zoo.evaluate);
-# MEMBERS is the folder of an ensemble's other members.
+# an ensemble's other members are runs of their own in MEMBERS/1, MEMBERS/2, ...
 RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, "metrics.json",
-             "eval.json", "training.png", "predictive.png", MEMBERS)
+             "eval.json", "training.png", "predictive.png")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it over ``path``: readers see the old
-    file or the new one, never half of one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def owned(run_dir: Path) -> bool:
+    """Whether a bnn-zoo run wrote ``run_dir``'s run files: it left its mark there (runs written
+    before the mark existed: a checkpoint)."""
+    return (run_dir / MARK).is_file() or (run_dir / CHECKPOINT).is_file()
+
+
+def member_runs(run_dir: Path) -> list[Path]:
+    """The ensemble members' run directories inside ``run_dir`` (MEMBERS/N that a run wrote)."""
+    folder = run_dir / MEMBERS
+    found = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()] if folder.is_dir() else []
+    return sorted((p for p in found if p.name.isdigit() and owned(p)), key=lambda p: int(p.name))
 
 
 def existing_run(run_dir: Path) -> list[str]:
-    """The run files already in ``run_dir``."""
-    return [name for name in RUN_FILES if (run_dir / name).exists()]
+    """The run files already in ``run_dir`` (with MEMBERS where it holds members' runs)."""
+    found = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+    return found + ([MEMBERS] if member_runs(run_dir) else [])
+
+
+def mark(run_dir: Path) -> None:
+    """Say that the run files in ``run_dir`` are a run's from now on (``remove_run_files`` then
+    takes them with the run)."""
+    write_atomic(run_dir / MARK, "This folder is a bnn-zoo run directory: python -m bnn_zoo.train wrote "
+                                 "its run files (overwrite=true replaces only those).\n")
 
 
 @contextmanager
 def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
     """Hold ``run_dir`` for one training process. A new run (not ``resuming``) stops when the folder
     holds another run's files, unless ``overwrite`` (then ``remove_run_files`` once the new run is
-    ready to write). A second process that claims the folder meanwhile stops at once. The lock goes
-    with the process, even a killed one."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / LOCK, "a+") as lock:
+    ready to write); files of a run's names that no run wrote stop it either way. A second process
+    that claims the folder meanwhile stops at once. The lock goes with the process, even a killed
+    one. A folder that cannot be written stops it before any work."""
+    make_folder(run_dir)
+    check_writable(run_dir)
+    with open_lock(run_dir / LOCK) as lock:
         if not _lock(lock):
             lock.seek(0)
             holder = lock.read().strip() or "another process"
@@ -52,6 +72,9 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
         lock.seek(0), lock.truncate()
         lock.write(f"process {os.getpid()}"), lock.flush()
         found = existing_run(run_dir)
+        if found and not owned(run_dir):
+            raise ConfigError(f"run directory {run_dir} holds {', '.join(found)}, which no bnn-zoo run wrote "
+                              "there: move them away, or choose another run_dir=DIR")
         if found and not resuming and not overwrite:
             raise ConfigError(f"run directory {run_dir} holds a run already ({', '.join(found)}): continue "
                               f"it with resume={run_dir}, replace it with overwrite=true, or choose "
@@ -60,10 +83,30 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
 
 
 def remove_run_files(run_dir: Path) -> None:
-    """Delete the run files in ``run_dir`` (a run replaced with overwrite=true)."""
-    for name in existing_run(run_dir):
+    """Delete the run's own files in ``run_dir`` and its members' (a run replaced with
+    overwrite=true); anything else a person put there stays."""
+    if not owned(run_dir):
+        return
+    for member in member_runs(run_dir):
+        remove_run_files(member)
+        for name in (LOCK, MARK):
+            (member / name).unlink(missing_ok=True)
+        _remove_if_empty(member)
+    _remove_if_empty(run_dir / MEMBERS)
+    for name in RUN_FILES:
         path = run_dir / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    (run_dir / MARK).unlink(missing_ok=True)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # missing, or it holds someone's files
+        pass
 
 
 def _lock(f) -> bool:

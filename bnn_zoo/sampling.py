@@ -44,13 +44,38 @@ def draw_weights(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, n
 
 
 def check_inputs(x: torch.Tensor) -> None:
-    """Refuse an empty input, and images that were not normalized (values far beyond -0.42..2.82)."""
-    if not len(x):
-        raise ValueError("x holds no inputs (its first dimension is 0)")
+    """Refuse what is not a tensor of inputs: an empty one, NaN or inf values, and images that were
+    not normalized (values far beyond -0.42..2.82)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor of inputs [N, ...], got a {type(x).__name__}; "
+                        "pass torch.as_tensor(x, dtype=torch.float32)")
+    if not x.dim() or not len(x):
+        raise ValueError(f"x holds no inputs: expected [N, ...] with N >= 1, got shape {tuple(x.shape)}")
+    if x.is_floating_point() and not x.isfinite().all():
+        raise ValueError(f"x holds {int((~x.isfinite()).sum())} non-finite values (NaN or inf): drop or "
+                         "repair the inputs that hold them")
     if x.dim() == 4 and float(x.abs().max()) > IMAGE_LIMIT:
         raise ValueError(f"the images hold values up to {float(x.abs().max()):g}, far outside normalized "
                          f"images' {NORMALIZED_RANGE[0]:.2f}..{NORMALIZED_RANGE[1]:.2f}: pass "
                          "bnn_zoo.data.normalize(uint8 images 0..255)")
+
+
+def sample_count(samples: dict) -> int:
+    """How many draws a dict of weight samples {site name: [S, *shape]} holds; ValueError when it
+    holds none or its sites disagree."""
+    if not samples:
+        raise ValueError("the posterior holds no weight samples (an empty dict): pass a guide, or "
+                         "{site name: [S, *shape]} samples such as mcmc.get_samples()")
+    for name, value in samples.items():
+        if not (isinstance(value, torch.Tensor) and value.dim()):
+            raise TypeError(f"the posterior's {name!r} is not a tensor of samples [S, *shape], got a "
+                            f"{type(value).__name__}")
+    counts = {name: len(value) for name, value in samples.items()}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{name}: {count}" for name, count in counts.items())
+        raise ValueError(f"the posterior's sites hold different numbers of samples ({listed}); each "
+                         "site needs one value per draw")
+    return next(iter(counts.values()))
 
 
 @torch.no_grad()
@@ -69,7 +94,7 @@ def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_sa
     check_inputs(x)
     index = None
     if isinstance(posterior, dict):
-        total = len(next(iter(posterior.values())))
+        total = sample_count(posterior)
         num_samples = total if num_samples is None else num_samples
         if num_samples > total:
             raise ValueError(f"the posterior holds {total} samples; asked for {num_samples}")

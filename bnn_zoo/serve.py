@@ -24,7 +24,7 @@ import torch
 
 from . import cli
 from .abstention import SIGNALS, Rule, uncertainty
-from .checkpoint import Trained, load, shipped_names
+from .trained import Trained, load, shipped_names
 from .config import pick_device
 from .data import CLASS_NAMES, normalize, white_noise
 from .errors import UserError

@@ -24,33 +24,22 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from . import cli, plots
-from .checkpoint import (
-    CHECKPOINT,
-    HMC_SAMPLES,
-    TWIN_CHECKPOINT,
-    build_from_config,
-    config_dict,
-    load,
-    member_dirs,
-    read,
-    restamp,
-    restore_rng,
-    save_atomic,
-    save_bayes,
-    save_twin,
-    twin_from_config,
-)
+from .checkpoint import (CALIBRATION, CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT, config_dict, read, restamp, restore_rng, save_atomic,
+                         save_bayes, save_twin)
+from .trained import load, member_dirs
 from .calibrate import calibrate_run, summary
+from .factory import build_from_config, twin_from_config
 from .config import load_config, make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, TOY_PLOT_RANGES, Splits, TensorSet, load_splits
 from .elbo import SplitELBO
-from .errors import ConfigError, TrainingError
+from .errors import ConfigError, StorageError, TrainingError
 from .ladder import SampledPosterior, posteriors
 from .loop import adam, fit, make_scheduler, reached
 from .mcmc import nuts_posterior
 from .sampling import predict
 from .reparam import LocalReparameterization
-from .runs import claim, remove_run_files, write_atomic
+from .files import write_atomic
+from .runs import claim, mark, remove_run_files
 
 
 def bayes_objective(cfg, num_data: int, device):
@@ -86,20 +75,23 @@ def train(cfg: DictConfig) -> dict:
     cfg = resolved(cfg)
     device = pick_device(cfg.device)
     run_dir = Path(cfg.run_dir)
+    members = member_configs(cfg, run_dir)  # every member's config checked before any trains
     with claim(run_dir, cfg.overwrite, resuming=bool(cfg.resume)):
         stored = read_for_resume(cfg, run_dir / CHECKPOINT, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed + cfg.train.member)  # python, numpy and torch; each member its own
         splits = load_splits(cfg, device)
         if not cfg.resume:
             remove_run_files(run_dir)  # overwrite=true: the old run goes only now the new one can start
+        mark(run_dir)
         for path in (run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT) if stored else ():
             if path.is_file():
                 restamp(path, cfg)
         write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
-        return _train(cfg, stored, splits, device, run_dir)
+        return _train(cfg, stored, splits, device, run_dir, members)
 
 
-def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir: Path) -> dict:
+def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir: Path,
+           members: list[DictConfig]) -> dict:
     def log(message: str) -> None:  # above the progress bars, flushed so a log file keeps up
         tqdm.write(message)
         sys.stdout.flush()
@@ -110,13 +102,14 @@ def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir
     metrics = {"config": config_dict(cfg), "bayes": train_bayes(cfg, splits, device, run_dir, log, stored, run_id)}
     if cfg.train.twin:
         metrics["twin"] = train_twin(cfg, splits, device, run_dir, log, stored and stored["twin"], run_id)
-    if cfg.train.members > 1:
-        metrics["members"] = train_members(cfg, run_dir, log)
+    if members:
+        metrics["members"] = train_members(members, log)
     if cfg.infer == "nuts":
         metrics["hmc"] = run_hmc(cfg, splits, run_dir, log)
     if cfg.train.members > 1:
         metrics["ensemble"] = test_ensemble(cfg, splits, run_dir, device, log)
-    if cfg.abstention.calibrate and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
+    stale = (run_dir / CALIBRATION).is_file()  # it certified the weights this run has just changed
+    if (cfg.abstention.calibrate or stale) and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
         found = calibrate_run(run_dir, str(device), seed=cfg.seed, data_root=cfg.data.root)  # cfg.abstention
         metrics["calibration"] = found
         log(summary(found))
@@ -128,17 +121,25 @@ def _train(cfg: DictConfig, stored: dict | None, splits: Splits, device, run_dir
     return metrics
 
 
-def train_members(cfg: DictConfig, run_dir: Path, log) -> list[dict]:
-    """Members 1, 2, ... of an ensemble, each a run of its own in RUN_DIR/members/N (continued where
-    it has a checkpoint: a resumed or extended ensemble trains only what is missing); their test
-    figures."""
+def member_configs(cfg: DictConfig, run_dir: Path) -> list[DictConfig]:
+    """The configs of an ensemble's members 1, 2, ..., each a run of its own in RUN_DIR/members/N:
+    continued where it has a checkpoint (a resumed or extended ensemble trains only what is
+    missing), started afresh where it has none (a member interrupted before its first checkpoint)."""
     found = []
     for i, member_dir in enumerate(member_dirs(run_dir, cfg.train.members), start=1):
         started = (member_dir / CHECKPOINT).is_file()
-        member = make_config(config_dict(cfg), {
-            "run_dir": str(member_dir), "resume": str(member_dir) if started else None, "overwrite": False,
-            "train": {"members": 1, "member": i}, "abstention": {"calibrate": False}})
-        log(f"ensemble member {i} of {cfg.train.members} (seed {cfg.seed + i}) in {member_dir}")
+        found.append(make_config(config_dict(cfg), {
+            "run_dir": str(member_dir), "resume": str(member_dir) if started else None, "overwrite": not started,
+            "train": {"members": 1, "member": i}, "abstention": {"calibrate": False}}))
+    return found
+
+
+def train_members(members: list[DictConfig], log) -> list[dict]:
+    """Train an ensemble's members 1, 2, ... (``member_configs``); their test figures."""
+    found = []
+    for member in members:
+        log(f"ensemble member {member.train.member} of {len(members) + 1} (seed {member.seed + member.train.member}) "
+            f"in {member.run_dir}")
         figures = train(member)
         found.append({part: {k: v for k, v in figures[part].items() if k != "history"}
                       for part in ("bayes", "twin") if part in figures})
@@ -263,9 +264,10 @@ def train_bayes(cfg, splits: Splits, device, run_dir: Path, log, stored: dict | 
 
 
 class Kept:
-    """The epoch a checkpoint file holds, and what a diverged run says about it: a checkpoint is
-    written only from finite parameters, and a TrainingError raised inside ``with kept:`` ends
-    with which epoch the file holds and how to resume from it."""
+    """The epoch a checkpoint file holds, and what a stopped run says about it: a checkpoint is
+    written only from finite parameters, and a TrainingError (divergence) or StorageError (a full
+    disk, a folder gone read-only) raised inside ``with kept:`` ends with which epoch the file holds
+    and how to resume from it."""
 
     def __init__(self, path: Path, cfg: DictConfig, lr: float, epoch: int | None):
         self.path, self.cfg, self.lr, self.epoch = path, cfg, lr, epoch
@@ -278,9 +280,14 @@ class Kept:
         return self
 
     def __exit__(self, kind, err, tb):
+        run_dir = self.path.parent
+        if isinstance(err, StorageError):
+            advice = (f"{self.path} holds epoch {self.epoch}: free space (or make {run_dir} writable) and resume: "
+                      f"python -m bnn_zoo.train resume={run_dir}" if self.epoch is not None else
+                      "no checkpoint was written: free space (or make the folder writable) and train again")
+            raise StorageError(f"{err}; stopped. {advice}") from None
         if not isinstance(err, TrainingError):
             return False
-        run_dir = self.path.parent
         if self.epoch is None:
             advice = (f"no checkpoint was written (the first would have followed epoch "
                       f"{self.cfg.train.eval_every}): train again with a lower learning rate, e.g. "
@@ -383,6 +390,10 @@ def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
     run_dir = Path(resume[-1].split("=", 1)[1])
     if name is not None:
         raise ConfigError("resume=DIR continues DIR's own config: give no config name with it")
+    elsewhere = [o.split("=", 1)[1] for o in overrides if o.startswith("run_dir=")]
+    if elsewhere and Path(elsewhere[-1]).resolve() != run_dir.resolve():
+        raise ConfigError(f"bad config key 'run_dir': resume={run_dir} continues the run in {run_dir}, not in "
+                          f"{elsewhere[-1]}: drop run_dir=, or copy the run there first and resume={elsewhere[-1]}")
     if not (run_dir / CHECKPOINT).is_file():
         raise ConfigError(f"bad config key 'resume': nothing to resume in {run_dir}: it holds no {CHECKPOINT} "
                           "(the run stopped before its first checkpoint, or the path is wrong); start the run "

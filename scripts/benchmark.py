@@ -90,7 +90,7 @@ def training_step(method: str, arch: str, device, batch_size: int):
     """A closure running one optimizer step of ``method`` on a batch, as training does it."""
     import torch
 
-    from bnn_zoo.checkpoint import twin_from_config
+    from bnn_zoo.factory import twin_from_config
     from bnn_zoo.config import load_config, resolved
     from bnn_zoo.loop import adam
     from bnn_zoo.train import bayes_objective, without_validation

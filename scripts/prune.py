@@ -14,6 +14,7 @@ from bnn_zoo import cli, plots, predict
 from bnn_zoo.abstention import Rule
 from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import in_distribution, load_for_evaluation
+from bnn_zoo.files import write_atomic
 from bnn_zoo.ood import ood_images
 from bnn_zoo.pruning import SCORES, posterior_loc_scale, prune_masks
 
@@ -44,7 +45,7 @@ def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshol
               "weights": sum(loc.numel() for loc, _ in posterior_loc_scale(trained.guide).values()), **rows}
     out_dir = Path(out_dir or Path(run_dir) / "prune")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "prune.json").write_text(json.dumps(result, indent=2))
+    write_atomic(out_dir / "prune.json", json.dumps(result, indent=2))
     plots.pruning_curves({"SNR |mu|/sigma": rows["snr"], "|mu|": rows["magnitude"]}, out_dir / "pruning.png",
                          f"{trained.config.arch}: pruning the posterior ({num_samples} samples)")
     plots.weight_posteriors(posterior_loc_scale(trained.guide), out_dir / "weight_posteriors.png")

@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 
 from bnn_zoo import cli, plots
-from bnn_zoo.checkpoint import MEMBERS, PARTS, load
+from bnn_zoo.checkpoint import MEMBERS, PARTS
+from bnn_zoo.errors import ConfigError
+from bnn_zoo.files import check_writable, make_folder, read_json, write_atomic
+from bnn_zoo.trained import load
 from bnn_zoo.evaluate import DEFAULT_OOD, evaluate_run
 from bnn_zoo.ood import NEAR, font_files
 
@@ -64,13 +67,19 @@ def training_seconds(run_dir: str) -> dict[str, float]:
     epoch (robust to epochs that shared the CPU), summed over an ensemble's members; nothing for a
     shipped posterior, which has no metrics.json."""
     runs = [Path(run_dir), *sorted(Path(run_dir, MEMBERS).glob("*"))]
-    metrics = [json.loads((r / "metrics.json").read_text()) for r in runs if (r / "metrics.json").is_file()]
+    paths = [r / "metrics.json" for r in runs if (r / "metrics.json").is_file()]
+    fix = "train the run again, or delete the file to leave its training time out"
+    metrics = [read_json(path, "metrics file bnn-zoo wrote", fix) for path in paths]
     found = {}
-    for part in ("bayes", "twin"):
-        if metrics and part in metrics[0]:
-            found[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
-    if metrics and "hmc" in metrics[0]:
-        found["hmc"] = found.get("bayes", 0.0) + metrics[0]["hmc"]["seconds"]  # NUTS starts after SVI
+    try:
+        for part in ("bayes", "twin"):
+            if metrics and part in metrics[0]:
+                found[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
+        if metrics and "hmc" in metrics[0]:
+            found["hmc"] = found.get("bayes", 0.0) + metrics[0]["hmc"]["seconds"]  # NUTS starts after SVI
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(f"{' or '.join(map(str, paths))} lacks the training times the scoreboard reads "
+                          f"({err.__class__.__name__}: {err}); {fix}") from None
     return found
 
 
@@ -165,13 +174,17 @@ def main(argv=None) -> int:
 
     def command() -> int:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is a file; give a folder for the scoreboard's files")
+        check_writable(make_folder(out))  # before the work, not after
+        for run in args.runs:
+            training_seconds(run)  # a damaged metrics.json is named now, not after the evaluation
         results = {run: score(run, args.samples, args.ood_size, args.near_size, seed=args.seed,
                               test_size=args.test_size, data_root=args.data_root, device=args.device)
                    for run in args.runs}
-        (out / "scoreboard.json").write_text(json.dumps(results, indent=2))
+        write_atomic(out / "scoreboard.json", json.dumps(results, indent=2))
         table = markdown(results)
-        (out / "scoreboard.md").write_text(table + "\n")
+        write_atomic(out / "scoreboard.md", table + "\n")
         plot(results, out)
         plot_ladder(results, out)
         print(table)

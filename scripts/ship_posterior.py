@@ -10,7 +10,7 @@ import sys
 import pyro
 
 from bnn_zoo import cli
-from bnn_zoo.checkpoint import load, ship
+from bnn_zoo.trained import load, ship
 from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import in_distribution, load_for_evaluation
 from bnn_zoo.ladder import sampled_probs

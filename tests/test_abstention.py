@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -114,3 +115,16 @@ def test_rules_check_their_values_and_round_trip():
 def test_anything_but_probabilities_is_refused(probs, why):
     with pytest.raises(ValueError, match="softmax"):
         abstain(probs)
+
+
+@pytest.mark.parametrize("probs, error, message", [
+    (np.full((2, 3, 4), 0.25, dtype=np.float32), TypeError, "torch.Tensor.*got a ndarray"),
+    (torch.tensor([[[0, 1], [1, 0]]]), TypeError, "floating-point probabilities, got torch.int64"),
+    (torch.full((3, 0, 10), 0.1), ValueError, r"no inputs \(N\)"),
+    (torch.full((0, 2, 10), 0.1), ValueError, r"no samples \(S\)"),
+    (torch.full((3, 2, 0), 0.1), ValueError, r"no classes \(C\)"),
+])
+def test_misuse_is_named_before_torch_sees_it(probs, error, message):
+    for use in (abstain, Rule(signal="entropy", cut=1.0), uncertainty):
+        with pytest.raises(error, match=message):
+            use(probs)

@@ -126,3 +126,10 @@ def test_cuda_round_trip(arch):
     assert predict(model, guide, x, num_samples=3).device.type == "cuda"
     model.cpu(), guide.cpu()
     assert torch.isfinite(Trace_ELBO()(model, guide)(*example_batch(arch)))
+
+
+@pytest.mark.parametrize("num_data", [0, -1, 2.5, True])
+def test_num_data_must_be_a_positive_integer(num_data):
+    for likelihood in ("categorical", Categorical(num_classes=2)):  # a given likelihood once took 0
+        with pytest.raises(ValueError, match=f"positive integer; got {num_data!r}"):
+            bayesian(nn.Linear(2, 2), likelihood=likelihood, num_data=num_data)

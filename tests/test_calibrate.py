@@ -8,8 +8,9 @@ from conftest import DEVICE
 from bnn_zoo import load, predict
 from bnn_zoo.calibrate import main, validation_set
 from bnn_zoo.calibration import certify
-from bnn_zoo.checkpoint import CALIBRATION
-from bnn_zoo.errors import CheckpointError
+from bnn_zoo.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
+from bnn_zoo.errors import CheckpointError, StorageError
+from bnn_zoo.trained import weights_digest
 
 
 def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
@@ -66,3 +67,83 @@ def test_a_damaged_calibration_is_named(certified_run, tmp_path):
     (run / CALIBRATION).write_text('{"bayes": {"rule": {"threshold": 0.2}}}')
     with pytest.raises(CheckpointError, match="calibration.json is not a calibration"):
         load(run)
+    (run / CALIBRATION).write_text('{"bayes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(StorageError, match=r"calibration.json is not a readable calibration bnn-zoo wrote \(nested "
+                                           r"too deeply\): delete it or write it again: python -m bnn_zoo.calibrate"):
+        load(run)
+
+
+def _copy(run, tmp_path):
+    import shutil
+
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_a_calibration_records_the_weights_it_certified(certified_run):
+    found = json.loads((certified_run / CALIBRATION).read_text())[CERTIFIED_WEIGHTS]
+    trained = load(certified_run)
+    assert found == {"digest": weights_digest(trained), "run": trained.run, "epoch": 2, "members": 1}
+    assert trained.calibration_problem is None and trained.rules_for()["bayes"] == trained.rules["bayes"]
+
+
+def test_a_calibration_of_other_weights_is_refused_until_recertified(certified_run, tmp_path, capsys):
+    """What kill -9 during a resumed run leaves: the checkpoint holds new weights, calibration.json
+    certified the old ones."""
+    from bnn_zoo import evaluate
+    from bnn_zoo.predict import main as predict_main
+
+    run = _copy(certified_run, tmp_path)
+    state = read(run / CHECKPOINT)
+    name = next(iter(state["guide"]))
+    state["guide"][name] = state["guide"][name] + 0.01
+    state["epoch"] = 3
+    save_atomic(state, run / CHECKPOINT)
+    trained = load(run)
+    fix = f"re-certify with python -m bnn_zoo.calibrate {run}, or use the quantile rule"
+    with pytest.raises(CheckpointError, match=f"certified other weights \\(epoch 2, 1 member\\(s\\)\\) than the run "
+                                              f"holds now \\(epoch 3, 1 member\\(s\\)\\): {fix}"):
+        trained.rules_for()
+    assert trained.rules_for("quantile")["bayes"].cut == math.inf  # the quantile rule needs no calibration
+    image = tmp_path / "digit.png"
+    _write_digit(image)
+    assert predict_main([str(run), str(image)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "certified other weights" in err and "python -m bnn_zoo.calibrate" in err
+    assert predict_main([str(run), str(image), "--rule", "quantile"]) == 0
+    assert evaluate.main([str(run), "--test-size", "20", "--ood-size", "10"]) == 2
+    assert "certified other weights" in capsys.readouterr().err and not (run / "eval.json").exists()
+    assert main([str(run), "--risk", "0.4", "--delta", "0.2", "--max-refusal", "0.1", "--samples", "4"]) == 0
+    assert load(run).rules_for()["bayes"].threshold >= 0.2
+
+
+def test_a_calibration_that_does_not_name_its_weights_is_refused(certified_run, tmp_path):
+    run = _copy(certified_run, tmp_path)
+    found = json.loads((run / CALIBRATION).read_text())
+    del found[CERTIFIED_WEIGHTS]
+    (run / CALIBRATION).write_text(json.dumps(found))
+    with pytest.raises(CheckpointError, match="does not say which weights it certified .*python -m bnn_zoo.calibrate"):
+        load(run).rules_for()
+
+
+def test_a_resumed_run_recertifies_at_its_end_even_without_calibrate(certified_run, tmp_path):
+    from bnn_zoo.train import config_for_run, train
+
+    run = _copy(certified_run, tmp_path)
+    before = json.loads((run / CALIBRATION).read_text())
+    train(config_for_run(None, [f"resume={run}", "train.epochs=3", "abstention.calibrate=false",
+                                "abstention.risk=0.4", "abstention.delta=0.2", "abstention.max_refusal=0.1",
+                                "abstention.samples=4"]))
+    after = json.loads((run / CALIBRATION).read_text())
+    trained = load(run)
+    assert after[CERTIFIED_WEIGHTS]["epoch"] == 3 != before[CERTIFIED_WEIGHTS]["epoch"]
+    assert after[CERTIFIED_WEIGHTS]["digest"] == weights_digest(trained) and trained.calibration_problem is None
+
+
+def _write_digit(path):
+    import torch
+    from PIL import Image
+
+    pixels = torch.zeros(28, 28, dtype=torch.uint8)
+    pixels[4:24, 13:16] = 255  # a 1
+    Image.fromarray(pixels.numpy()).save(path)

@@ -134,3 +134,13 @@ def test_a_calibration_round_trips_through_json_values():
     again = Calibration.from_dict(calibration.to_dict())
     assert again == calibration
     assert torch.equal(again.rule(probs).refused, calibration.rule(probs).refused)
+
+
+def test_certify_refuses_an_empty_batch_and_what_is_not_a_tensor():
+    with pytest.raises(ValueError, match=r"no inputs \(N\)"):
+        certify(torch.full((3, 0, 10), 0.1), torch.zeros(0, dtype=torch.long), risk=0.1)
+    probs, labels = population(100, seed=6)
+    with pytest.raises(TypeError, match="labels as a torch.Tensor"):
+        certify(probs, labels.numpy(), risk=0.1)
+    with pytest.raises(TypeError, match="torch.Tensor of sampled probabilities"):
+        certify(probs.numpy(), labels, risk=0.1)

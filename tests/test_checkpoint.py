@@ -5,16 +5,10 @@ from conftest import ZOO, example_batch, tiny_config
 from pyro.infer import Trace_ELBO
 
 from bnn_zoo import load, predict
-from bnn_zoo.checkpoint import (
-    CHECKPOINT,
-    TWIN_CHECKPOINT,
-    build_from_config,
-    save_bayes,
-    save_twin,
-    twin_from_config,
-)
+from bnn_zoo.checkpoint import CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT, digest, save_atomic, save_bayes, save_twin
 from bnn_zoo.calibration import CUTS
-from bnn_zoo.errors import CheckpointError
+from bnn_zoo.errors import CheckpointError, ConfigError
+from bnn_zoo.factory import build_from_config, twin_from_config
 
 LEARNED = {"model.prior": "scale_mixture", "model.learn_prior": True, "model.noise": "homoscedastic"}
 OPTIONS = {"default": {}, "learned_mixture": LEARNED, "lowrank": {"model.guide": "lowrank"},
@@ -60,9 +54,9 @@ def test_checkpoint_round_trip_gives_identical_predictions(arch, options, tmp_pa
 
 
 def _as_format_1(state: dict) -> dict:
-    """A checkpoint as bnn-zoo wrote it up to commit 766a886: no format, the noise scale under
+    """A checkpoint as bnn-zoo wrote it up to commit 766a886: no format or digest, the noise scale under
     "noise.", a twin's state the plain network's (classifier) or Sequential(net, noise)'s."""
-    state = {k: v for k, v in state.items() if k != "format"}
+    state = {k: v for k, v in state.items() if k not in ("format", "digest")}
     if "model" in state:
         state["model"] = {k.replace("likelihood.", "noise.", 1): v for k, v in state["model"].items()}
     if "net" in state:
@@ -98,9 +92,72 @@ def test_unloadable_runs_say_why(tmp_path):
     with pytest.raises(CheckpointError, match="format 99.*upgrade bnn-zoo"):
         load(tmp_path)
     state["guide"] = {k: v[..., :1] for k, v in state["guide"].items()}  # not this model's shapes
-    torch.save(state, tmp_path / CHECKPOINT)
+    save_atomic(state, tmp_path / CHECKPOINT)
     with pytest.raises(CheckpointError, match="does not fit the model its config describes"):
         load(tmp_path)
+
+
+BROKEN = {  # what a checkpoint.pt holds instead of its own -> what loading it says
+    "no model": (lambda s: s.pop("model"), "lacks 'model'"),
+    "model a list": (lambda s: s.update(model=[1, 2]), "holds a list under 'model' where a dict belongs"),
+    "epoch a string": (lambda s: s.update(epoch="3"), "holds a str under 'epoch' where a int belongs"),
+    "weight a string": (lambda s: s["guide"].update({next(iter(s["guide"])): "w"}), "holds a str as guide"),
+    "NaN weight": (lambda s: next(iter(s["guide"].values())).fill_(float("nan")), r"non-finite numbers \(NaN or inf\) in guide"),
+    "bad config": (lambda s: s["config"]["train"].update(lr=-1), "holds a config this bnn-zoo cannot use .*train.lr"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_checkpoint_missing_what_it_needs_is_one_line_naming_the_file(tmp_path, case):
+    with pyro.settings.context(module_local_params=True):
+        _trained_run("toy_mlp", {}, tmp_path)
+    state = torch.load(tmp_path / CHECKPOINT, weights_only=True)
+    damage, message = BROKEN[case]
+    damage(state)
+    save_atomic(state, tmp_path / CHECKPOINT)  # a consistent digest: the contents themselves are wrong
+    with pytest.raises(CheckpointError, match=f"{tmp_path / CHECKPOINT} .*{message}"):
+        load(tmp_path)
+
+
+@pytest.mark.parametrize("name, key", [(TWIN_CHECKPOINT, "net"), (HMC_SAMPLES, "samples")])
+def test_a_twin_or_hmc_file_without_its_weights_is_refused(tmp_path, name, key):
+    with pyro.settings.context(module_local_params=True):
+        _trained_run("toy_mlp", {}, tmp_path)
+    save_atomic({"config": {}, "run": "run-1", "epoch": 1}, tmp_path / name)
+    with pytest.raises(CheckpointError, match=f"{tmp_path / name} lacks '{key}'"):
+        load(tmp_path)
+
+
+def test_bit_rot_in_a_checkpoint_is_found_by_its_digest(tmp_path):
+    """64 bytes flipped inside a stored weight tensor: torch reads the zip without complaint (its
+    CRCs are not checked), so only the digest can tell."""
+    with pyro.settings.context(module_local_params=True):
+        _trained_run("toy_mlp", {}, tmp_path)
+    path = tmp_path / CHECKPOINT
+    raw = bytearray(path.read_bytes())
+    state = torch.load(path, weights_only=True)
+    weight = state["guide"][max(state["guide"], key=lambda k: state["guide"][k].numel())]
+    at = bytes(raw).find(weight.numpy().tobytes()[:64])  # the tensor's bytes as stored in the zip
+    assert at > 0
+    raw[at:at + 64] = bytes(b ^ 0x5A for b in raw[at:at + 64])
+    path.write_bytes(raw)
+    assert not torch.equal(torch.load(path, weights_only=True)["guide"][max(state["guide"], key=lambda k:
+                                                                            state["guide"][k].numel())], weight)
+    with pytest.raises(CheckpointError, match=f"{path} is damaged: its contents no longer match the digest"):
+        load(tmp_path)
+
+
+def test_the_digest_depends_on_every_number_and_not_on_the_device_read_to():
+    state = {"model": {"w": torch.arange(6.0).view(2, 3)}, "epoch": 3, "history": [{"loss": 0.5}]}
+    same = {"history": [{"loss": 0.5}], "epoch": 3, "model": {"w": torch.arange(6.0).view(2, 3).clone()}}
+    assert digest(state) == digest(same)
+    for changed in ({**state, "epoch": 4}, {**state, "history": [{"loss": 0.25}]},
+                    {**state, "model": {"w": torch.arange(6.0).view(3, 2)}},
+                    {**state, "model": {"w": torch.arange(6.0).view(2, 3).double()}}):
+        assert digest(changed) != digest(state)
+    bumped = torch.arange(6.0).view(2, 3)
+    bumped[1, 2] = torch.nextafter(bumped[1, 2], torch.tensor(10.0))  # one ulp in one number
+    assert digest({**state, "model": {"w": bumped}}) != digest(state)
 
 
 SHIPPED_DATA = {"mnist_mlp": "mnist", "lenet": "mnist", "lenet_fashion": "fashion_mnist"}
@@ -108,7 +165,7 @@ SHIPPED_DATA = {"mnist_mlp": "mnist", "lenet": "mnist", "lenet_fashion": "fashio
 
 @pytest.mark.parametrize("name", list(SHIPPED_DATA))
 def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
-    from bnn_zoo.checkpoint import SHIPPED, shipped_names
+    from bnn_zoo.trained import SHIPPED, shipped_names
     from bnn_zoo.data import load_torchvision, normalize
 
     assert name in shipped_names()
@@ -161,6 +218,15 @@ def test_a_twin_from_another_run_is_not_taken_for_this_run_s(tmp_path):
     with pyro.settings.context(module_local_params=True):
         _trained_run("toy_mlp", {}, tmp_path)
         twin = torch.load(tmp_path / TWIN_CHECKPOINT, weights_only=True)
-        torch.save({**twin, "run": "another-run"}, tmp_path / TWIN_CHECKPOINT)
+        save_atomic({**twin, "run": "another-run"}, tmp_path / TWIN_CHECKPOINT)
         with pytest.raises(CheckpointError, match="twin of another run"):
             load(tmp_path)
+
+
+def test_loading_on_a_device_this_machine_lacks_says_so(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pyro.settings.context(module_local_params=True):
+        _trained_run("toy_mlp", {}, tmp_path)
+    with pytest.raises(ConfigError, match="cuda asked for but CUDA is not available; use device=auto or device=cpu"):
+        load(tmp_path, "cuda")

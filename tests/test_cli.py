@@ -1,3 +1,4 @@
+import argparse
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ def test_a_bug_is_not_dressed_up_as_a_user_s_mistake():
         cli.run(command)
 
 
-SHARED = "--samples SAMPLES     posterior samples per input (default 100)"
+SHARED = "--samples SAMPLES     posterior samples per input, at most 10000 (default 100)"
 
 
 @pytest.mark.parametrize("command", [["-m", "bnn_zoo.evaluate"], ["-m", "bnn_zoo.predict"],
@@ -38,3 +39,26 @@ def test_every_command_line_shares_the_same_options(command):
     for option in (SHARED, "--seed SEED seed for the posterior draws (default 0)",
                    "--quantile QUANTILE quantile rule: quantile of each class's sampled probability"):
         assert " ".join(option.split()) in help_text, (command, option)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--samples", "10001"], "argument --samples: at most 10000 posterior samples, got 10001"),
+    (["--samples", "10000000000000"], "argument --samples: at most 10000 posterior samples, got 10000000000000"),
+    (["--samples", "1e13"], "argument --samples: expected a whole number, got '1e13'"),
+    (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+])
+def test_a_mistaken_argument_is_one_line_and_exit_code_2(argv, message, capsys):
+    parser = cli.command_parser("python -m bnn_zoo.evaluate", "Evaluate.")
+    cli.add_sampling_options(parser)
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(argv)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == f"error: {message} (see --help)\n"
+    assert parser.parse_args(["--samples", "10000"]).samples == 10000  # the bound itself is allowed
+
+
+def test_counts_take_an_upper_bound():
+    assert cli.count("4", most=4) == 4
+    with pytest.raises(argparse.ArgumentTypeError, match="^at most 4 images, got 5$"):
+        cli.count("5", most=4, unit="images")

@@ -1,6 +1,14 @@
-import pytest
+import os
+import subprocess
+import sys
+from dataclasses import is_dataclass
+from typing import get_type_hints
 
-from bnn_zoo.config import config_names, load_config, make_config, pick_device, resolved
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bnn_zoo.config import Config, config_names, load_config, make_config, pick_device, resolved
 from bnn_zoo.errors import ConfigError
 
 
@@ -31,29 +39,29 @@ def test_overrides_and_paths(tmp_path):
     (["data.name=mnist"], "does not suit toy_mlp"),
     (["train.lr_schedule=linear"], "train.lr_schedule"),
     (["model.guide=laplace"], "'model.guide'.*meanfield or lowrank or delta"),
-    (["model.guide_rank=0"], "model.guide_rank.*positive"),
+    (["model.guide_rank=0"], "'model.guide_rank': must be a whole number from 1 to 1000000000, got 0"),
     (["train.kl_weight=0"], "train.kl_weight.*positive"),
     (["abstention.risk=0"], "'abstention': risk must lie strictly between 0 and 1, got 0"),
     (["abstention.delta=1"], "'abstention': delta must lie strictly between 0 and 1, got 1"),
     (["abstention.max_refusal=1.5"], "'abstention': max_refusal must lie in \\[0, 1\\], got 1.5"),
     (["abstention.quantile=1.5"], "'abstention': quantile must lie in \\[0, 1\\], got 1.5"),
     (["abstention.signal=variance"], "'abstention': signal must be one of mutual_information, entropy"),
-    (["abstention.samples=0"], "abstention.samples.*positive"),
+    (["abstention.samples=0"], "'abstention.samples': must be a whole number from 1 to 10000, got 0"),
     (["infer=mcmc"], "'infer'.*svi or nuts"),
     (["mcmc.target_accept=1.5"], "mcmc.target_accept"),
-    (["mcmc.warmup_steps=-1"], "mcmc.warmup_steps.*>= 0"),
-    (["arch=mnist_mlp", "model.hidden=[]"], r"'model.hidden': give one or more positive widths.*got \[\]"),
-    (["arch=mnist_mlp", "model.hidden=[0]"], r"'model.hidden': give one or more positive widths.*got \[0\]"),
-    (["data.train_limit=0"], "'data.train_limit': must be a positive number, got 0"),
-    (["data.train_limit=-1"], "'data.train_limit': must be a positive number, got -1"),
-    (["data.test_limit=-100"], "'data.test_limit': must be a positive number, got -100"),
+    (["mcmc.warmup_steps=-1"], "'mcmc.warmup_steps': must be a whole number from 0 to 1000000000, got -1"),
+    (["arch=mnist_mlp", "model.hidden=[]"], r"'model.hidden': give one or more whole positive widths.*got \[\]"),
+    (["arch=mnist_mlp", "model.hidden=[0]"], r"'model.hidden': give one or more whole positive widths.*got \[0\]"),
+    (["data.train_limit=0"], "'data.train_limit': must be a whole number from 1 to 1000000000, got 0"),
+    (["data.train_limit=-1"], "'data.train_limit': must be a whole number from 1 to 1000000000, got -1"),
+    (["data.test_limit=-100"], "'data.test_limit': must be a whole number from 1 to 1000000000, got -100"),
     (["train.lr=inf"], "'train.lr': must be a positive number, got inf"),
     (["model.prior_scale=inf"], "'model.prior_scale': must be a positive number, got inf"),
     (["train.twin_lr=-1"], "'train.twin_lr': must be a positive number"),
-    (["train.twin_epochs=-3"], "'train.twin_epochs': must be a positive number"),
-    (["train.lr_step=0"], "'train.lr_step': must be a positive number"),
-    (["seed=-1"], r"'seed': must lie in \[0, 2\^32\)"),
-    (["train.test_samples=100000000"], "'train.test_samples': at most 10000 posterior samples"),
+    (["train.twin_epochs=-3"], "'train.twin_epochs': must be a whole number from 1 to 1000000000, got -3"),
+    (["train.lr_step=0"], "'train.lr_step': must be a whole number from 1 to 1000000000, got 0"),
+    (["seed=-1"], "'seed': must be a whole number from 0 to 4294967295, got -1"),
+    (["train.test_samples=100000000"], "'train.test_samples': must be a whole number from 1 to 10000, got 100000000"),
     (["train=5"], "section 'train': a mapping of its keys .*not 5"),
 ])
 def test_bad_configs_name_the_key(overrides, message):
@@ -68,8 +76,9 @@ def test_unknown_config_name_lists_the_shipped_ones(tmp_path):
         load_config(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: {epochs: 1\n")
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match="cannot read config") as err:
         load_config(str(bad))
+    assert "\n" not in str(err.value)  # YAML's message spans lines
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("optimiser: sgd\n")
     with pytest.raises(ConfigError, match="optimiser"):
@@ -89,8 +98,6 @@ def test_resolved_fills_architecture_defaults():
 
 
 def test_device_choice():
-    import torch
-
     assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ConfigError, match="not a device"):
         pick_device("gpu0")
@@ -109,3 +116,160 @@ def test_config_files_and_run_dirs_of_the_wrong_kind_are_named(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(ConfigError, match="'run_dir': .*a_file is a file"):
         load_config("toy_mlp", [f"run_dir={tmp_path / 'a_file'}"])
+
+
+def message(overrides, base=None):
+    with pytest.raises(ConfigError) as err:
+        make_config(base, overrides)
+    return str(err.value)
+
+
+HIDDEN = ("bad config key 'model.hidden': give one or more whole positive widths (for example [400, 400]), "
+          "or null for the architecture's default; got ")
+
+
+@pytest.mark.parametrize("overrides, base, got", [
+    (["model.hidden={a: 1}"], None, "{'a': 1}"),
+    (None, {"arch": "mnist_mlp", "model": {"hidden": {"a": 1}}}, "{'a': 1}"),
+    (["arch=mnist_mlp", "model.hidden=5"], None, "5"),
+    (["arch=mnist_mlp", "model.hidden=[[1]]"], None, "[[1]]"),
+    (["arch=mnist_mlp", "model.hidden=[10000000000]"], None, "[10000000000]"),
+])
+def test_hidden_widths_must_be_a_list_of_whole_numbers(overrides, base, got):
+    assert message(overrides, base) == HIDDEN + got
+
+
+NOT_A_DEVICE = "bad config key 'device': {} is not a device; choose auto, cpu, cuda, cuda:N or mps"
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu:1", "gpu0", "cuda:x", "5"])
+def test_a_device_that_is_none_fails_in_the_config_check_and_in_pick_device(device):
+    assert message([f"device={device}"]) == NOT_A_DEVICE.format(repr(device))
+    with pytest.raises(ConfigError) as err:
+        pick_device(device)
+    assert str(err.value) == NOT_A_DEVICE.format(repr(device))
+
+
+def test_pick_device_refuses_a_device_this_machine_lacks(monkeypatch):
+    assert make_config(None, ["device=cuda:3"]).device == "cuda:3"  # a run trained elsewhere still loads
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ConfigError) as err:
+        pick_device("mps")
+    assert str(err.value) == ("bad config key 'device': mps asked for but MPS is not available; "
+                              "use device=auto or device=cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ConfigError) as err:
+        pick_device("cuda:2")
+    assert str(err.value) == ("bad config key 'device': cuda:2 asked for but this machine has 2 CUDA device(s); "
+                              "use cuda:0 to cuda:1")
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("train.batch_size=1e23", "'train.batch_size': must be a whole number, not 1e+23"),
+    ("train.batch_size=2.5", "'train.batch_size': must be a whole number, not 2.5"),
+    ("train.batch_size=10000000000000000000000",
+     "'train.batch_size': must be a whole number from 1 to 1000000000, got 10000000000000000000000"),
+    ("train.epochs=1000000001", "'train.epochs': must be a whole number from 1 to 1000000000, got 1000000001"),
+    ("data.val_size=1e30", "'data.val_size': must be a whole number, not 1e+30"),
+    ("mcmc.warmup_steps=1.5", "'mcmc.warmup_steps': must be a whole number, not 1.5"),
+    ("train.lr=fast", "'train.lr': must be a number, not 'fast'"),
+    ("train.twin=maybe", "'train.twin': must be true or false, not 'maybe'"),
+    ("arch=[1, 2]", "'arch': must be a string, not [1, 2]"),
+])
+def test_numbers_must_be_of_the_key_s_kind_and_size(override, expected):
+    assert message([override]) == f"bad config key {expected}"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1.5"])
+def test_stop_at_accuracy_lies_in_0_to_1(value):
+    assert message([f"train.stop_at_accuracy={value}"]) == \
+        f"bad config key 'train.stop_at_accuracy': must lie in (0, 1], got {float(value)}"
+    assert make_config(None, ["train.stop_at_accuracy=1"]).train.stop_at_accuracy == 1
+
+
+def test_interpolations_are_resolved_or_named():
+    cfg = make_config(None, ["train.epochs=3", "train.twin_epochs=${train.epochs}"])
+    assert cfg.train.twin_epochs == 3 and not OmegaConf.is_interpolation(cfg.train, "twin_epochs")
+    assert message(["train.epochs=${nope}"]) == "bad config key 'train.epochs': Interpolation key 'nope' not found"
+    assert message(["train.epochs=${train.lr}"]) == "bad config key 'train.epochs': must be a whole number, not 0.001"
+
+
+def test_a_bad_override_on_the_command_line_is_one_line_and_exit_code_2():
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.train", "toy_mlp", "train.epochs=${nope}"],
+                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert (done.returncode, done.stderr) == \
+        (2, "error: bad config key 'train.epochs': Interpolation key 'nope' not found\n")
+
+
+HUGE = "x" * 5_000_000
+SHOWN = "'" + "x" * 59 + "..."  # the quoted value's first 60 characters
+
+
+@pytest.mark.parametrize("overrides, base, expected", [
+    (None, {"arch": HUGE}, (f"bad config key 'arch': unknown architecture {SHOWN}; "
+                            "choose one of toy_mlp, mnist_mlp, lenet")),
+    ([f"data.name={HUGE}"], None, (f"bad config key 'data.name': {SHOWN} does not suit toy_mlp; "
+                                   "choose one of polynomial, sinusoid")),
+    ([f"model.prior={HUGE}"], None, f"bad config key 'model.prior': choose gaussian or scale_mixture, not {SHOWN}"),
+    ([f"device={HUGE}"], None, NOT_A_DEVICE.format(SHOWN)),
+    ([f"train.epochs={HUGE}"], None, f"bad config key 'train.epochs': must be a whole number, not {SHOWN}"),
+    ([f"train.{HUGE}=1"], None, f"bad config key 'train.{'x' * 53}...: Key {SHOWN} not in 'TrainConfig'"),
+    (None, {"train": HUGE}, ("bad config section 'train': a mapping of its keys (for example train: {epochs: 10}), "
+                             f"not {SHOWN}")),
+    ([f"abstention.signal={HUGE}"], None, ("bad config section 'abstention': signal must be one of "
+                                           f"mutual_information, entropy or None, got {SHOWN}")),
+    ([f"run_dir={HUGE}"], None, f"bad config key 'run_dir': cannot use {SHOWN} (File name too long)"),
+    ([HUGE], None, f"override {SHOWN} is not of the form key=value (for example train.epochs=3)"),
+])
+def test_a_huge_value_is_shortened_in_the_message(overrides, base, expected):
+    assert message(overrides, base) == expected
+
+
+def test_a_huge_value_in_a_config_file_is_shortened(tmp_path):
+    (tmp_path / "huge.yaml").write_text(f'arch: "{HUGE}"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "huge.yaml"))
+    assert str(err.value) == f"bad config key 'arch': unknown architecture {SHOWN}; choose one of toy_mlp, " \
+                             "mnist_mlp, lenet"
+
+
+def test_every_member_s_seed_must_be_below_2_to_the_32():
+    assert message(["seed=4294967295", "train.members=2"]) == (
+        "bad config key 'seed': with train.members=2 the members use seeds 4294967295..4294967296; "
+        "seed + members - 1 must be below 2^32")
+    assert make_config(None, ["seed=4294967294", "train.members=2"]).seed == 4294967294
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["train.members=2", "train.member=1"], ("bad config key 'train.member': set by training for an ensemble's "
+                                             "members; leave it out (got member 1 of members 2)")),
+    (["train.member=-1"], "bad config key 'train.member': must be a whole number from 0 to 1000000000, got -1"),
+])
+def test_member_is_for_training_to_set(overrides, expected):
+    assert message(overrides) == expected
+
+
+def numeric_keys(cls=Config, prefix="", kinds=(int, float)):
+    """Every key of the config whose type is one of ``kinds`` (or null), found from the dataclasses."""
+    for name, kind in get_type_hints(cls).items():
+        if is_dataclass(kind):
+            yield from numeric_keys(kind, f"{prefix}{name}.", kinds)
+        elif kind in kinds or kind in [k | None for k in kinds]:
+            yield prefix + name
+
+
+@pytest.mark.parametrize("key", list(numeric_keys()))
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1"])
+def test_every_numeric_key_refuses_non_finite_and_negative_values(key, value):
+    section, _, name = key.rpartition(".")
+    named = f"bad config section 'abstention': {name} " if section == "abstention" and name != "samples" \
+        else f"bad config key {key!r}: "
+    assert message([f"{key}={value}"]).startswith(named)
+
+
+@pytest.mark.parametrize("key", list(numeric_keys(kinds=(int,))))
+@pytest.mark.parametrize("value", ["1e23", "10000000000000000000000"])
+def test_every_whole_number_key_refuses_huge_values(key, value):
+    assert message([f"{key}={value}"]).startswith(f"bad config key {key!r}: must be a whole number")

@@ -86,3 +86,26 @@ def test_evaluate_checks_its_arguments_before_the_work(tiny_run, tmp_path, capsy
         with pytest.raises(SystemExit) as stop:
             evaluate.main([str(tiny_run), *bad])
         assert stop.value.code == 2 and f"argument {bad[0]}: must be at least 1" in capsys.readouterr().err
+
+
+def test_evaluate_and_calibrate_refuse_unwritable_outputs_before_the_work(certified_run, tmp_path, capsys):
+    import shutil
+
+    from test_files import remount_readonly, tmpfs
+
+    from bnn_zoo.calibrate import main as calibrate_main
+
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    (tmp_path / "link.json").symlink_to(outside)
+    assert main([str(certified_run), "--output", str(tmp_path / "link.json")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --output {tmp_path / 'link.json'} is a symbolic link; "
+                                               "give the path of a file to write")
+    assert outside.read_text() == "keep"
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        shutil.copytree(certified_run, disk / "run")
+        remount_readonly(disk)
+        for command in (main, calibrate_main):
+            assert command([str(disk / "run"), "--samples", "2"]) == 2
+            assert capsys.readouterr().err.strip() == (f"error: cannot write into {disk / 'run'} (Read-only file "
+                                                       "system): make it writable, free space, or choose another folder")

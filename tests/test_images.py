@@ -1,9 +1,11 @@
+import io
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from bnn_zoo.images import load_image
+from bnn_zoo.images import FORMATS, load_image
 
 
 def test_load_image_converts_to_white_on_black(tmp_path):
@@ -103,3 +105,43 @@ def test_a_huge_image_is_refused_before_it_is_decoded(tmp_path):
     assert (tmp_path / "bomb.png").stat().st_size < 100_000
     with pytest.raises(ValueError, match="too large.*scale it down"):
         load_image(tmp_path / "bomb.png")
+
+
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nnewpath 4 4 moveto 24 24 lineto stroke\nshowpage\n"
+SEND = "send PNG, JPEG, GIF, BMP, TIFF, WebP or PGM/PPM"
+
+
+@pytest.mark.parametrize("name, save", [
+    ("digit.png", {}), ("digit.jpg", {"quality": 100}), ("digit.gif", {}), ("digit.bmp", {}), ("digit.tif", {}),
+    ("digit.webp", {"lossless": True}), ("digit.pgm", {}), ("colour.ppm", {}), ("bits.pbm", {}),
+])
+def test_every_format_read_decodes_the_same_digit(name, save, seven, tmp_path):
+    seven.save(tmp_path / "plain.png")
+    mode = {"colour.ppm": "RGB", "bits.pbm": "1"}.get(name, "L")
+    seven.convert(mode).save(tmp_path / name, **save)
+    with Image.open(tmp_path / name) as img:
+        assert img.format in FORMATS  # the formats load_image reads, each one tested
+    assert _same(load_image(tmp_path / name), load_image(tmp_path / "plain.png")), name
+
+
+def test_formats_decoded_by_an_outside_program_are_refused(tmp_path):
+    (tmp_path / "digit.eps").write_bytes(EPS)  # Pillow would run Ghostscript to render it
+    with pytest.raises(ValueError) as refused:
+        load_image(tmp_path / "digit.eps")
+    assert str(refused.value) == f"not an image format bnn-zoo reads (EPS); {SEND}"
+    with pytest.raises(ValueError, match=r"\(EPS\)"):
+        load_image(io.BytesIO(EPS))  # what the server reads
+    (tmp_path / "doc.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")
+    with pytest.raises(ValueError) as refused:
+        load_image(tmp_path / "doc.pdf")
+    assert str(refused.value) == f"not a readable image; {SEND}"
+
+
+def test_non_finite_pixels_are_refused(tmp_path):
+    pixels = np.zeros((28, 28), dtype=np.float32)
+    pixels[10:18, 12:16] = 1.0
+    pixels[0, 0], pixels[5, 5] = np.nan, np.inf  # once blanked the whole image: its maximum was NaN
+    Image.fromarray(pixels, "F").save(tmp_path / "float.tif")
+    with pytest.raises(ValueError) as refused:
+        load_image(tmp_path / "float.tif")
+    assert str(refused.value).startswith("holds 2 non-finite pixels (NaN or inf)")

@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pyro
@@ -13,7 +16,7 @@ from bnn_zoo.predict import main
 
 def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
     from bnn_zoo.abstention import abstain
-    from bnn_zoo.checkpoint import load
+    from bnn_zoo.trained import load
     from bnn_zoo.data import load_torchvision, normalize
     from bnn_zoo.images import load_image
 
@@ -45,7 +48,7 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
 
 def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     from bnn_zoo.abstention import uncertainty
-    from bnn_zoo.checkpoint import load
+    from bnn_zoo.trained import load
     from bnn_zoo.data import load_torchvision, normalize
     from bnn_zoo.images import load_image
 
@@ -106,3 +109,47 @@ def test_predict_cli_refuses_bad_counts(capsys):
         with pytest.raises(SystemExit) as stop:
             main(["lenet", "x.png", *bad])
         assert stop.value.code == 2 and f"argument {bad[0]}: must be at least" in capsys.readouterr().err
+
+
+def test_predict_cli_runs_no_outside_program_on_a_postscript_file(tmp_path):
+    bin_dir, marker = tmp_path / "bin", tmp_path / "gs_ran"
+    bin_dir.mkdir()
+    (bin_dir / "gs").write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")  # a Ghostscript that tells
+    (bin_dir / "gs").chmod(0o755)
+    (tmp_path / "digit.eps").write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nshowpage\n")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "mnist_mlp", "digit.eps"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert not marker.exists()
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ("digit.eps: error: not an image format bnn-zoo reads (EPS); "
+                           "send PNG, JPEG, GIF, BMP, TIFF, WebP or PGM/PPM\n")
+
+
+def test_predict_cli_prints_names_that_cannot_forge_an_answer_line(tmp_path, capsys):
+    forged = tmp_path / "a\nb.png: 7 (1.00)"
+    Image.fromarray(np.zeros((28, 28), dtype=np.uint8)).save(forged, format="PNG")
+    nan = np.zeros((28, 28), dtype=np.float32)
+    nan[3, 4] = np.nan
+    Image.fromarray(nan, "F").save(tmp_path / "nan.tif")
+    plain = str(tmp_path / "nan.tif")
+    assert main(["mnist_mlp", str(forged), plain, "--samples", "2"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert not any(line.startswith("b.png") for line in lines)
+    _, answer, refused = lines
+    assert answer.startswith(repr(str(forged)) + ": ")  # one line, the name escaped
+    assert refused.startswith(f"{plain}: error: holds 1 non-finite pixels (NaN or inf)")  # a plain name as it is
+
+
+def test_bnn_zoo_predict_stays_the_function_once_the_command_line_is_imported():
+    import bnn_zoo
+    import bnn_zoo.predict  # binds the module over bnn_zoo.predict
+
+    model, guide = bnn_zoo.build("toy_mlp", hidden=[4])
+    assert bnn_zoo.predict(model, guide, torch.zeros(3, 1), num_samples=2).shape == (2, 3, 2)
+
+
+def test_python_m_bnn_zoo_predict_warns_of_nothing():
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "bnn_zoo.predict", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

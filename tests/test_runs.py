@@ -9,7 +9,7 @@ from conftest import tiny_config
 
 from bnn_zoo import load
 from bnn_zoo.checkpoint import CHECKPOINT, TWIN_CHECKPOINT
-from bnn_zoo.errors import ConfigError, DataError
+from bnn_zoo.errors import ConfigError, DataError, StorageError
 from bnn_zoo.runs import claim, existing_run, write_atomic
 from bnn_zoo.train import config_for_run, train
 
@@ -69,7 +69,7 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match="metrics.json keeps its previous content"):
         write_atomic(path, "new")
     assert path.read_text() == "old"
 
@@ -89,3 +89,114 @@ def test_a_crash_mid_training_leaves_a_checkpoint_that_resumes(tmp_path):
     assert epoch % 200 == 0 and epoch >= 200
     resumed = train(config_for_run(None, [f"resume={tmp_path}", f"train.epochs={epoch + 2}"]))
     assert [h["epoch"] for h in resumed["bayes"]["history"]][-1] == epoch + 2
+
+
+def test_overwrite_takes_only_the_old_runs_own_files(tmp_path):
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{**TOY, "train.members": 2, "train.test_samples": 4}))
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "members" / "notes.txt").write_text("mine too")
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), seed=1, overwrite=True, **TOY))
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "members" / "notes.txt").read_text() == "mine too"
+    assert not (tmp_path / "members" / "1").exists() and load(tmp_path).members == []
+
+
+def test_files_no_run_wrote_are_never_taken(tmp_path):
+    """A folder holding a person's config.yaml and members/notes.txt, no run: overwrite=true deletes nothing."""
+    (tmp_path / "config.yaml").write_text("arch: lenet  # my notes\n")
+    (tmp_path / "members").mkdir()
+    (tmp_path / "members" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"holds config.yaml, which no bnn-zoo run wrote there: move them away"):
+        train(tiny_config("toy_mlp", run_dir=str(tmp_path), overwrite=True, **TOY))
+    assert (tmp_path / "config.yaml").read_text() == "arch: lenet  # my notes\n"
+    assert (tmp_path / "members" / "notes.txt").read_text() == "mine" and not (tmp_path / CHECKPOINT).exists()
+
+
+def test_resume_with_another_run_dir_is_refused(tmp_path):
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path / "a"), **TOY))
+    with pytest.raises(ConfigError, match=r"resume=\S+a continues the run in \S+a, not in \S+b: drop run_dir="):
+        config_for_run(None, [f"resume={tmp_path / 'a'}", f"run_dir={tmp_path / 'b'}"])
+    assert config_for_run(None, [f"resume={tmp_path / 'a'}", f"run_dir={tmp_path / 'a'}"]).run_dir == str(tmp_path / "a")
+
+
+def test_a_planted_link_in_a_run_directory_is_not_written_through(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the user's")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.pt.tmp").symlink_to(outside)
+    train(tiny_config("toy_mlp", run_dir=str(run), **TOY))
+    assert outside.read_text() == "the user's" and load(run).epoch == 4
+    (run / ".lock").unlink()
+    (run / ".lock").symlink_to(outside)
+    with pytest.raises(StorageError, match=r"\.lock is a symbolic link"):
+        train(config_for_run(None, [f"resume={run}", "train.epochs=6"]))
+    assert outside.read_text() == "the user's"
+
+
+def test_every_members_config_is_checked_before_the_first_trains(tmp_path):
+    with pytest.raises(ConfigError, match="seed"):
+        train(tiny_config("toy_mlp", run_dir=str(tmp_path), seed=2 ** 32 - 1,
+                          **{**TOY, "train.members": 2, "train.test_samples": 4}))
+    assert not (tmp_path / CHECKPOINT).exists()
+
+
+def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
+    """kill -9 while member 2 trains (before or after its first checkpoint), then resume=RUN."""
+    code = ("import sys\nfrom bnn_zoo.train import main\n"
+            "sys.exit(main(['toy_mlp', 'train.members=3', 'train.epochs=400', 'train.eval_every=100',"
+            f" 'train.progress=false', 'train.test_samples=6', 'run_dir={tmp_path}']))")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    member = tmp_path / "members" / "2"
+    deadline = time.time() + 300
+    while not (member / "config.yaml").exists() and time.time() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    run.send_signal(signal.SIGKILL), run.wait()
+    assert (member / "config.yaml").exists(), run.stderr.read()
+    resumed = train(config_for_run(None, [f"resume={tmp_path}"]))
+    assert len(resumed["members"]) == 2
+    trained = load(tmp_path)
+    assert [m.epoch for m in trained.members] == [400, 400]
+
+
+def test_a_read_only_run_directory_fails_before_any_work(tmp_path):
+    from test_files import remount_readonly, tmpfs
+
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        train(tiny_config("toy_mlp", run_dir=str(disk / "run"), **TOY))
+        before = (disk / "run" / CHECKPOINT).read_bytes()
+        remount_readonly(disk)
+        with pytest.raises(StorageError, match=r"cannot write into \S+run \(Read-only file system\)"):
+            train(config_for_run(None, [f"resume={disk / 'run'}", "train.epochs=6"]))
+        assert (disk / "run" / CHECKPOINT).read_bytes() == before
+
+
+def test_a_full_disk_stops_training_before_it_starts_and_keeps_the_run(tmp_path):
+    from test_files import fill, tmpfs
+
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        train(tiny_config("toy_mlp", run_dir=str(disk / "run"), **TOY))
+        before = (disk / "run" / CHECKPOINT).read_bytes()
+        fill(disk)
+        with pytest.raises(StorageError, match=r"cannot write into \S+run \(No space left on device\)"):
+            train(config_for_run(None, [f"resume={disk / 'run'}", "train.epochs=6"]))
+        assert (disk / "run" / CHECKPOINT).read_bytes() == before and load(disk / "run").epoch == 4
+
+
+def test_a_disk_that_fills_during_training_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    from bnn_zoo import files
+
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
+    real, writes = files._create, []
+
+    def full_at_checkpoints(path):  # the resumed plan is stored, then the disk is full at epoch 6
+        writes.append(path.name)
+        if path.name == "checkpoint.pt.tmp" and writes.count(path.name) > 1:
+            raise OSError(28, "No space left on device")
+        return real(path)
+
+    monkeypatch.setattr(files, "_create", full_at_checkpoints)
+    with pytest.raises(StorageError, match=r"checkpoint.pt keeps its previous content; stopped. \S+checkpoint.pt "
+                                           r"holds epoch 4: free space .* resume=\S+"):
+        train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=6"]))
+    monkeypatch.undo()
+    assert load(tmp_path).epoch == 4

@@ -89,3 +89,26 @@ def test_predict_memory_does_not_grow_with_the_number_of_samples():
     grown = float(subprocess.run([sys.executable, "-c", code, "5000"], capture_output=True, text=True,
                                  check=True).stdout)
     assert grown < 40, f"{grown:.0f} MB more for 5,000 samples than for 50"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_predict_refuses_inputs_that_are_not_numbers(bad):
+    model, guide = build("toy_mlp", hidden=[4])
+    x = torch.zeros(3, 1)
+    x[1] = bad  # once gave NaN probabilities without a word
+    with pytest.raises(ValueError, match=r"^x holds 1 non-finite values \(NaN or inf\)"):
+        predict(model, guide, x, 2)
+
+
+def test_predict_names_what_is_wrong_with_its_arguments():
+    model, guide = build("toy_mlp", hidden=[4])
+    x = torch.zeros(3, 1)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor.*got a ndarray"):
+        predict(model, guide, x.numpy(), 2)
+    with pytest.raises(ValueError, match="holds no weight samples"):
+        predict(model, {}, x, 2)
+    uneven = {"net.layers.1.weight": torch.zeros(5, 4, 1), "net.layers.1.bias": torch.zeros(4, 4)}
+    with pytest.raises(ValueError, match=r"different numbers of samples \(net.layers.1.weight: 5, net.layers.1.bias: 4\)"):
+        predict(model, uneven, x, 2)
+    with pytest.raises(TypeError, match="'net.layers.1.bias' is not a tensor of samples"):
+        predict(model, {"net.layers.1.bias": [0.0, 1.0]}, x, 2)

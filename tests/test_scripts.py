@@ -166,11 +166,11 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
-    from bnn_zoo import checkpoint
+    from bnn_zoo import trained
 
-    monkeypatch.setattr(checkpoint, "SHIPPED", tmp_path)
-    paths = checkpoint.ship(certified_run, "tiny")
-    assert [p.name for p in paths] == ["tiny.pt", "tiny_twin.pt"] and checkpoint.shipped_names() == ["tiny"]
+    monkeypatch.setattr(trained, "SHIPPED", tmp_path)
+    paths = trained.ship(certified_run, "tiny")
+    assert [p.name for p in paths] == ["tiny.pt", "tiny_twin.pt"] and trained.shipped_names() == ["tiny"]
     stored = torch.load(paths[0], weights_only=True)
     assert all(v.dtype == torch.float16 for v in stored["guide"].values())
     run, shipped = load(certified_run), load("tiny")
@@ -186,3 +186,20 @@ def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path,
     assert load_script("ship_posterior").main([str(certified_run), "tiny", "--samples", "3", "--test-size", "100"]) == 0
     printed = capsys.readouterr().out
     assert "tiny.pt:" in printed and "bayes accuracy: run" in printed
+
+
+def test_scoreboard_refuses_bad_output_and_damaged_metrics_before_the_work(certified_run, tmp_path, capsys):
+    import shutil
+
+    board = load_script("scoreboard")
+    (tmp_path / "a_file").write_text("mine")
+    assert board.main([str(certified_run), "--out", str(tmp_path / "a_file")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out {tmp_path / 'a_file'} is a file; give a folder for the scoreboard's files"
+    run = tmp_path / "run"
+    shutil.copytree(certified_run, run)
+    for damage, reason in (("{", "is not a readable metrics file"), ('{"bayes": {}}', "lacks the training times")):
+        (run / "metrics.json").write_text(damage)
+        assert board.main([str(run), "--out", str(tmp_path / "board")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and str(run / "metrics.json") in err and reason in err
+    assert not (tmp_path / "board" / "scoreboard.json").exists()

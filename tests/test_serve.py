@@ -19,7 +19,7 @@ pytest.importorskip("starlette", reason='the page needs the serve extra: pip ins
 pytest.importorskip("httpx", reason="Starlette's test client needs httpx (the dev extra)")
 from starlette.testclient import TestClient  # noqa: E402
 
-from bnn_zoo.checkpoint import load  # noqa: E402
+from bnn_zoo.trained import load  # noqa: E402
 from bnn_zoo.images import load_image  # noqa: E402
 from bnn_zoo.predict import main as predict_main  # noqa: E402
 from bnn_zoo.serve import EXAMPLES, Answerer, create_app, example_pixels  # noqa: E402

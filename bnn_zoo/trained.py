@@ -1,0 +1,196 @@
+"""A trained run as one object: ``load`` rebuilds a run directory's (or a shipped posterior's) model,
+guide, twin, HMC samples, ensemble members and certified abstention rules, and refuses a
+calibration that certified other weights than the run holds now.
+
+Usage: ``trained = load("runs/lenet"); trained.model, trained.guide, trained.twin, trained.rules_for()``
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from .abstention import Rule
+from .bnn import BayesianNet
+from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, HMC_SAMPLES, MEMBERS, PARTS, TWIN_CHECKPOINT,
+                         digest, read, save_atomic)
+from .config import make_config, pick_device
+from .errors import CheckpointError, ConfigError
+from .factory import build_from_config, twin_from_config
+from .files import read_json
+from .twin import Twin
+
+SHIPPED = Path(__file__).resolve().parent / "posteriors"  # trained posteriors inside the package
+
+@dataclass
+class Trained:
+    model: BayesianNet
+    guide: torch.nn.Module
+    config: DictConfig
+    twin: Optional[Twin] = None  # the deterministic twin, when the run trained one
+    epoch: int = 0
+    samples: Optional[dict] = None  # HMC weight samples {site: [S, *shape]}, when infer=nuts
+    # The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.ladder): certified
+    # on validation when the run holds calibration.json, else the seed's quantile rule, Rule().
+    rules: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)  # calibration.json's content
+    members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
+    run: Optional[str] = None  # the run id its checkpoints share
+    # Why the calibration cannot be used (it certified other weights), with the command that
+    # re-certifies; None where it can, or where there is none.
+    calibration_problem: Optional[str] = None
+
+    @property
+    def device(self) -> torch.device:
+        """Where the run was loaded (its prior and noise tensors live there)."""
+        return self.model.device
+
+    def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
+        """Each model's rule: the run's certified one (``calibrated``; the seed's rule where the run
+        holds none; a CheckpointError where its calibration certified other weights) or the
+        quantile rule with the given knobs (``quantile``)."""
+        if rule == "calibrated":
+            if self.calibration_problem:
+                raise CheckpointError(self.calibration_problem)
+            return {part: self.rules.get(part, Rule()) for part in PARTS}
+        if rule == "quantile":
+            return {part: Rule(quantile, threshold) for part in PARTS}
+        raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
+
+
+def _load_state(module: nn.Module, state: dict, path: Path) -> None:
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path} does not fit the model its config describes "
+                              f"({str(err).splitlines()[0]}): it was written by an incompatible "
+                              "bnn-zoo; train the run again") from None
+
+
+def shipped_names() -> list[str]:
+    """The trained posteriors that ship inside the package (``load(name)`` takes them)."""
+    return sorted(p.stem for p in SHIPPED.glob("*.pt") if not p.stem.endswith("_twin"))
+
+
+def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
+    """Write a run's posterior (config, guide means and scales in ``dtype``, prior buffers,
+    calibration) to ``folder/NAME.pt`` and its twin to ``folder/NAME_twin.pt`` (folder: the
+    package's posteriors); returns the paths."""
+    run_dir, folder = Path(run_dir), Path(folder or SHIPPED)
+    problem = load(run_dir).calibration_problem
+    if problem:
+        raise CheckpointError(problem)
+    state = read(run_dir / CHECKPOINT)
+    small = lambda d: {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    written = [folder / f"{name}.pt"]
+    save_atomic({"config": state["config"], "run": state.get("run"), "epoch": state["epoch"], "num_data": state["num_data"],
+                 "model": state["model"], "guide": small(state["guide"]),
+                 "calibration": read_calibration(run_dir / CALIBRATION)}, written[0])
+    if (run_dir / TWIN_CHECKPOINT).is_file():
+        written.append(folder / f"{name}_twin.pt")
+        twin = read(run_dir / TWIN_CHECKPOINT)
+        save_atomic({"run": twin.get("run"), "net": small(twin["net"])}, written[1])
+    return written
+
+
+def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
+    """Rebuild a trained run's model, guide, deterministic twin, HMC samples and abstention rules
+    from its files; or, given the name of a shipped posterior (``shipped_names()``), that one.
+    ``device``: a torch.device, or auto, cpu, cuda, cuda:N."""
+    device = pick_device(device) if isinstance(device, str) else device
+    if not Path(run_dir).exists() and str(run_dir) in shipped_names():
+        state = read(SHIPPED / f"{run_dir}.pt", device)
+        twin = SHIPPED / f"{run_dir}_twin.pt"
+        return _assemble(state, SHIPPED / f"{run_dir}.pt", twin, device, None, state["calibration"])
+    run_dir = Path(run_dir)
+    samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
+    trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT,
+                        device, samples, read_calibration(run_dir / CALIBRATION))
+    for member in member_dirs(run_dir, trained.config.train.members):
+        if not (member / CHECKPOINT).is_file():
+            raise CheckpointError(f"{run_dir} is an ensemble of {trained.config.train.members}, but member "
+                                  f"{member.name} has no checkpoint: finish it with python -m bnn_zoo.train "
+                                  f"resume={run_dir}")
+        trained.members.append(load(member, device))
+    if trained.calibration:
+        trained.calibration_problem = _calibration_problem(trained, run_dir)
+    return trained
+
+
+def weights_digest(trained: Trained) -> str:
+    """A digest of every weight a run's posteriors answer with (guide, model, twin, HMC samples,
+    ensemble members): a calibration certifies these and no others."""
+    return digest({"model": trained.model.state_dict(), "guide": trained.guide.state_dict(),
+                   "twin": trained.twin.state_dict() if trained.twin is not None else None,
+                   "samples": trained.samples, "members": [weights_digest(m) for m in trained.members]})
+
+
+def certified_weights(trained: Trained) -> dict:
+    """What calibration.json records of the weights it certified."""
+    return {"digest": weights_digest(trained), "run": trained.run, "epoch": trained.epoch,
+            "members": 1 + len(trained.members)}
+
+
+def _calibration_problem(trained: Trained, run_dir: Path) -> Optional[str]:
+    """Why ``run_dir``'s calibration cannot be used with the weights it holds now, or None."""
+    record, path = trained.calibration.get(CERTIFIED_WEIGHTS), run_dir / CALIBRATION
+    fix = f"re-certify with python -m bnn_zoo.calibrate {run_dir}, or use the quantile rule (--rule quantile)"
+    if not isinstance(record, dict):
+        return f"{path} does not say which weights it certified (it predates that record): {fix}"
+    if record.get("digest") != weights_digest(trained):
+        return (f"{path} certified other weights (epoch {record.get('epoch')}, {record.get('members')} member(s)) "
+                f"than the run holds now (epoch {trained.epoch}, {1 + len(trained.members)} member(s)): {fix}")
+    return None
+
+
+def member_dirs(run_dir: Path, members: int) -> list[Path]:
+    """Where an ensemble's members 1 .. members-1 live (member 0 is the run itself)."""
+    return [Path(run_dir) / MEMBERS / str(i) for i in range(1, members)]
+
+
+def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibration: dict) -> Trained:
+    """A Trained from a checkpoint's state (half-precision tensors of a shipped one made float)."""
+    full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    try:
+        cfg = make_config(state["config"])
+    except ConfigError as err:
+        raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err}); train the run again") from None
+    model, guide = build_from_config(cfg, state.get("num_data"), device)
+    _load_state(model, state["model"], path)
+    _load_state(guide, full(state["guide"]), path)
+    model.eval(), guide.eval()
+    twin = None
+    if twin_path.is_file():
+        twin_state = read(twin_path, device)
+        if twin_state.get("run") != state.get("run"):
+            raise CheckpointError(f"{twin_path} is the twin of another run than {path} (their run ids "
+                                  "differ): delete it, or train the twin again with this run")
+        twin = twin_from_config(cfg, device)
+        _load_state(twin, full(twin_state["net"]), twin_path)
+        twin.eval()
+    return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), calibration,
+                   run=state.get("run"))
+
+
+def _rules(calibration: dict) -> dict[str, Rule]:
+    return {part: Rule.from_dict(calibration[part]["rule"]) if "rule" in calibration.get(part, {}) else Rule()
+            for part in PARTS}
+
+
+def read_calibration(path: Path) -> dict:
+    """calibration.json's content, {} when there is none."""
+    if not path.is_file():
+        return {}
+    fix = f"delete it or write it again: python -m bnn_zoo.calibrate {path.parent}"
+    found = read_json(path, "calibration bnn-zoo wrote", fix)
+    try:
+        for part in PARTS:
+            if "rule" in found.get(part, {}):
+                Rule.from_dict(found[part]["rule"])
+        return found
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); {fix}") from None

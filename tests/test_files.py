@@ -1,0 +1,121 @@
+import json
+import subprocess
+from contextlib import contextmanager
+
+import pytest
+
+from bnn_zoo.errors import StorageError
+from bnn_zoo.files import check_writable, make_folder, open_lock, read_json, write_atomic
+
+
+@contextmanager
+def tmpfs(folder, size: str = "2m", readonly: bool = False):
+    """A small tmpfs mounted at ``folder`` (a full disk, a read-only folder); skips without the
+    right to mount (root in most sandboxes and CI machines)."""
+    folder.mkdir(exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root): the full-disk and read-only cases are not run")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def remount_readonly(folder) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+
+
+def fill(folder) -> None:
+    """Leave no free byte on the file system of ``folder``."""
+    try:
+        with open(folder / "filler", "wb", buffering=0) as f:
+            while True:
+                f.write(bytes(1 << 12))
+    except OSError:  # No space left on device: full
+        pass
+
+
+def test_a_planted_link_at_the_temporary_name_is_not_written_through(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the user's own file")
+    run = make_folder(tmp_path / "run")
+    (run / "metrics.json.tmp").symlink_to(outside)
+    write_atomic(run / "metrics.json", "{}")
+    assert outside.read_text() == "the user's own file"
+    assert (run / "metrics.json").read_text() == "{}" and not (run / "metrics.json").is_symlink()
+    assert not (run / "metrics.json.tmp").exists()
+
+
+def test_a_link_at_the_target_is_refused(tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    (tmp_path / "eval.json").symlink_to(outside)
+    with pytest.raises(StorageError, match=r"eval.json is a symbolic link; bnn-zoo writes only files it makes"):
+        write_atomic(tmp_path / "eval.json", "{}")
+    assert outside.read_text() == "keep" and (tmp_path / "eval.json").is_symlink()
+
+
+def test_a_lock_file_that_is_a_link_is_refused(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not to be truncated")
+    (tmp_path / ".lock").symlink_to(outside)
+    with pytest.raises(StorageError, match=r"\.lock is a symbolic link"):
+        open_lock(tmp_path / ".lock")
+    assert outside.read_text() == "not to be truncated"
+
+
+def test_a_failed_write_keeps_the_old_file_and_says_so(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.json"
+    write_atomic(path, "old")
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.fsync", disk_full)
+    with pytest.raises(StorageError, match=r"cannot write .*metrics.json \(No space left on device\); "
+                                           r"metrics.json keeps its previous content"):
+        write_atomic(path, "new")
+    assert path.read_text() == "old" and not (tmp_path / "metrics.json.tmp").exists()
+
+
+def test_a_full_disk_keeps_the_old_file(tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        write_atomic(disk / "checkpoint.pt", b"old weights")
+        fill(disk)
+        with pytest.raises(StorageError, match="No space left on device.*keeps its previous content"):
+            write_atomic(disk / "checkpoint.pt", bytes(1 << 20))
+        assert (disk / "checkpoint.pt").read_bytes() == b"old weights"
+        with pytest.raises(StorageError, match=r"cannot write into .*disk \(No space left on device\)"):
+            check_writable(disk)
+
+
+def test_a_read_only_folder_fails_the_check_before_any_work(tmp_path):
+    with tmpfs(tmp_path / "disk") as disk:
+        write_atomic(disk / "calibration.json", "{}")
+        remount_readonly(disk)
+        with pytest.raises(StorageError, match=r"cannot write into .*disk \(Read-only file system\)"):
+            check_writable(disk)
+        assert (disk / "calibration.json").read_text() == "{}"
+
+
+def test_folders_that_cannot_be_made_are_one_line(tmp_path):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(StorageError, match="dangling is a symbolic link to .*nowhere, which does not exist"):
+        make_folder(tmp_path / "dangling")
+    with pytest.raises(StorageError, match=r"cannot (use|create) folder .* \(File name too long\)"):
+        make_folder(tmp_path / ("x" * 300))
+
+
+@pytest.mark.parametrize("text, reason", [('{"bayes": {"rule"', "Expecting"),
+                                          ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                                          (b"\xff\xfe", "codec")])
+def test_json_files_that_cannot_be_read_name_the_file(tmp_path, text, reason):
+    path = tmp_path / "metrics.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(StorageError, match=f"{path} is not a readable metrics file .*{reason}.*train again"):
+        read_json(path, "metrics file", "train again")
+    with pytest.raises(StorageError, match=f"no metrics file at {tmp_path / 'none.json'}: train again"):
+        read_json(tmp_path / "none.json", "metrics file", "train again")
+    path.write_text(json.dumps({"a": 1}))
+    assert read_json(path, "metrics file", "train again") == {"a": 1}
