@@ -158,26 +158,16 @@ def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
     assert [m.epoch for m in trained.members] == [400, 400]
 
 
-def test_a_read_only_run_directory_fails_before_any_work(tmp_path):
-    from test_files import remount_readonly, tmpfs
+@pytest.mark.parametrize("trouble, reason", [("read-only", "Read-only file system"),
+                                           ("full", "No space left on device")])
+def test_an_unwritable_run_directory_stops_resume_before_any_work(tmp_path, trouble, reason):
+    from test_files import fill, remount_readonly, tmpfs
 
     with tmpfs(tmp_path / "disk", "8m") as disk:
         train(tiny_config("toy_mlp", run_dir=str(disk / "run"), **TOY))
         before = (disk / "run" / CHECKPOINT).read_bytes()
-        remount_readonly(disk)
-        with pytest.raises(StorageError, match=r"cannot write into \S+run \(Read-only file system\)"):
-            train(config_for_run(None, [f"resume={disk / 'run'}", "train.epochs=6"]))
-        assert (disk / "run" / CHECKPOINT).read_bytes() == before
-
-
-def test_a_full_disk_stops_training_before_it_starts_and_keeps_the_run(tmp_path):
-    from test_files import fill, tmpfs
-
-    with tmpfs(tmp_path / "disk", "8m") as disk:
-        train(tiny_config("toy_mlp", run_dir=str(disk / "run"), **TOY))
-        before = (disk / "run" / CHECKPOINT).read_bytes()
-        fill(disk)
-        with pytest.raises(StorageError, match=r"cannot write into \S+run \(No space left on device\)"):
+        remount_readonly(disk) if trouble == "read-only" else fill(disk)
+        with pytest.raises(StorageError, match=rf"cannot write into \S+run \({reason}\)"):
             train(config_for_run(None, [f"resume={disk / 'run'}", "train.epochs=6"]))
         assert (disk / "run" / CHECKPOINT).read_bytes() == before and load(disk / "run").epoch == 4
 
