@@ -1,4 +1,4 @@
-"""Saying "I don't know": the seed's quantile-threshold rule and an epistemic gate on sampled
+"""Saying "I don't know": the quantile rule (a threshold on a quantile of the sampled probabilities) and an epistemic gate on sampled
 class probabilities.
 
 Works on any tensor of sampled probabilities ``[S, N, C]`` (``bnn_zoo.predict``'s output, a
@@ -10,7 +10,7 @@ validation data with a guarantee on the error rate among accepted inputs.
 
 Usage::
 
-    decision = abstain(probs)                  # the seed's rule: median of the samples >= 0.2
+    decision = abstain(probs)                  # the quantile rule: median of the samples >= 0.2
     decision.refused.float().mean()            # fraction answered "I don't know"
     rule = Rule(threshold=0.3, signal="mutual_information", cut=0.05)
     decision = rule(probs)
@@ -113,7 +113,7 @@ def abstain(probs: torch.Tensor, quantile: float = 0.5, threshold: float = 0.2, 
 @dataclass(frozen=True)
 class Rule:
     """An abstention rule's settings; calling it on sampled probabilities gives its Decision.
-    ``Rule()`` is the seed's quantile rule (median >= 0.2, no gate)."""
+    ``Rule()`` is the quantile rule (median >= 0.2, no gate)."""
 
     quantile: float = 0.5
     threshold: float = 0.2

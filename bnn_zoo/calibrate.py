@@ -48,7 +48,7 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
                       seed: int = 0, data_root: str | None = None) -> dict:
     """Certify each model's rule and write calibration.json, with a record of the weights it
     certified (``load`` refuses it once they change); returns its content. A model whose rule
-    cannot be certified gets an ``error`` entry and keeps the seed's rule."""
+    cannot be certified gets an ``error`` entry and keeps the quantile rule."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
     check_settings(risk, delta, max_refusal)
@@ -90,7 +90,7 @@ def summary(found: dict) -> str:
         if part == CERTIFIED_WEIGHTS:
             continue
         if "error" in c:
-            lines.append(f"{part}: not certified ({c['error']}); the seed's rule stays")
+            lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays")
             continue
         r, v = c["rule"], c["validation"]
         gate = f", refuse when {r['signal']} > {r['cut']:.4g} bits" if r["signal"] else ""

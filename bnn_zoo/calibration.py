@@ -81,7 +81,7 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
             max_refusal: float = 0.02, quantile: float = 0.5, signal: str | None = "mutual_information",
             thresholds: tuple[float, ...] = THRESHOLDS, cuts: tuple[float, ...] = CUTS) -> Calibration:
     """The rule for sampled validation probabilities [S, N, C] and their labels [N]: see the
-    module's docstring. ``signal=None`` calibrates the threshold alone (the seed's rule).
+    module's docstring. ``signal=None`` calibrates the threshold alone (the quantile rule).
 
     Raises NotCertified when no rule on the grid can be certified (ask for a higher risk or delta,
     or calibrate on more inputs)."""

@@ -98,7 +98,7 @@ def save_twin(path: Path, cfg: DictConfig, run: str, epoch: int, net: nn.Module,
                  "optimizer": optimizer.state_dict(), "history": history}, path)
 
 
-def restamp(path: Path, cfg: DictConfig) -> None:
+def replace_config(path: Path, cfg: DictConfig) -> None:
     """Store ``cfg`` as the config of the checkpoint at ``path``: a resumed run's new plan (more
     epochs or members, other abstention settings) is what loading it rebuilds from then on."""
     state = read(path)
@@ -177,6 +177,21 @@ def _upgrade(state: dict, path: Path) -> dict:
         state["net"] = {(f"net.{k[2:]}" if k.startswith("0.") else f"likelihood.{k[2:]}") if regression
                         else f"net.{k}": v for k, v in state["net"].items()}
     return state
+
+
+# Config keys that earlier bnn-zoo wrote and this one no longer has: train.member (an ensemble
+# member's index, now the member's place in RUN_DIR/members/N and its checkpoint's "member").
+RETIRED_KEYS = {"train": ("member",)}
+
+
+def stored_config(state: dict) -> dict:
+    """The config a checkpoint stores, without the keys this bnn-zoo retired (``make_config`` reads it)."""
+    config = {k: dict(v) if isinstance(v, dict) else v for k, v in state["config"].items()}
+    for section, keys in RETIRED_KEYS.items():
+        for key in keys:
+            if isinstance(config.get(section), dict):
+                config[section].pop(key, None)
+    return config
 
 
 def config_dict(cfg: DictConfig) -> dict:

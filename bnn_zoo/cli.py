@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Callable
 
-from .config import MAX_SAMPLES
+from .config_checks import MAX_SAMPLES
 from .errors import UserError
 
 
@@ -72,7 +72,7 @@ def add_rule_options(parser: argparse.ArgumentParser, calibrated: bool = True) -
     if calibrated:
         parser.add_argument("--rule", choices=["calibrated", "quantile"], default="calibrated",
                             help="calibrated: the run's certified rule (calibration.json; the quantile "
-                                 "rule where it has none); quantile: the seed's rule with --quantile, "
+                                 "rule where it has none); quantile: the quantile rule with --quantile, "
                                  "--threshold")
     parser.add_argument("--quantile", type=float, default=0.5,
                         help="quantile rule: quantile of each class's sampled probability (default 0.5, the median)")

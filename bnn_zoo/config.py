@@ -4,7 +4,6 @@ Usage: ``cfg = load_config("lenet", ["train.epochs=1", "data.root=/data"])``
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -15,18 +14,11 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .abstention import Rule
-from .calibration import check_settings
+from .config_checks import HIDDEN, check, check_device_name, short_quotes, show
 from .errors import ConfigError
-from .guides import GUIDES
-from .likelihoods import NOISE_MODES
-from .priors import PRIORS
 from .zoo import ARCHITECTURES
 
 
-MAX_SAMPLES = 10000  # posterior samples per input, for any figure
-MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
-DEVICES = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
 
 
 @dataclass
@@ -108,7 +100,6 @@ class TrainConfig:
     # seeds seed, seed + 1, ... on the same data; the posterior is their mixture, the twins' a deep
     # ensemble. Member 0 is the run itself, member N lives in RUN_DIR/members/N.
     members: int = 1
-    member: int = 0  # which member a run is (set by training for RUN_DIR/members/N)
     progress: bool = True
     # Stop early once the validation accuracy reaches this (checked every eval_every epochs).
     stop_at_accuracy: Optional[float] = None
@@ -165,12 +156,12 @@ def config_path(name: str) -> Path:
     # directory holds a folder of that name (a run directory, say).
     if path.suffix in (".yaml", ".yml") or path.is_file() or len(path.parts) > 1:
         if not path.is_file():
-            raise ConfigError(f"config file {_show(name)} does not exist")
+            raise ConfigError(f"config file {show(name)} does not exist")
         return path
     for folder in config_dirs():
         if (folder / f"{name}.yaml").is_file():
             return folder / f"{name}.yaml"
-    raise ConfigError(f"no config named {_show(name)}; shipped configs: {', '.join(config_names())}; "
+    raise ConfigError(f"no config named {show(name)}; shipped configs: {', '.join(config_names())}; "
                       "or give a path to a .yaml file")
 
 
@@ -204,14 +195,8 @@ def make_config(base: Any = None, overrides: list[str] | dict | None = None) -> 
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as err:
         raise _explained(err) from None
-    _check(cfg)
+    check(cfg)
     return cfg
-
-
-def _show(value: Any) -> str:
-    """A user's value as a message quotes it, cut to 60 characters."""
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:60] + "..."
 
 
 # What a key must be, for OmegaConf's messages on a value it cannot convert
@@ -223,30 +208,22 @@ def _explained(err: OmegaConfBaseException) -> ConfigError:
     """OmegaConf's error as one line naming the key, the values it quotes shortened."""
     reason = str(getattr(err, "msg", err)).split("\n")[0]
     kind = next((kind for words, kind in _KINDS.items() if words in reason), None)
-    reason = f"must be {kind}, not {_show(err.value)}" if kind else _short_quotes(reason)
-    return ConfigError(f"bad config key {_show(getattr(err, 'full_key', None))}: {reason}")
-
-
-def _short_quotes(text: str) -> str:
-    """``text`` with each value it quotes ('...') shortened as _show does."""
-    return re.sub(r"'([^']*)'", lambda quoted: _show(quoted.group(1)), text)
+    reason = f"must be {kind}, not {show(err.value)}" if kind else short_quotes(reason)
+    return ConfigError(f"bad config key {show(getattr(err, 'full_key', None))}: {reason}")
 
 
 def _parse(override: str) -> DictConfig:
     """One ``key=value`` override as a config."""
     if "=" not in override:
-        raise ConfigError(f"override {_show(override)} is not of the form key=value (for example train.epochs=3)")
+        raise ConfigError(f"override {show(override)} is not of the form key=value (for example train.epochs=3)")
     try:
         return OmegaConf.from_dotlist([override])
     except (yaml.YAMLError, ValueError) as err:  # YAML syntax, or an integer of too many digits
-        raise ConfigError(f"override {_show(override)}: cannot read its value ({_one_line(err)})") from None
+        raise ConfigError(f"override {show(override)}: cannot read its value ({_one_line(err)})") from None
 
 
 def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
-
-
-HIDDEN = "give one or more whole positive widths (for example [400, 400]), or null for the architecture's default"
 
 
 def _check_sections(base) -> None:
@@ -255,10 +232,10 @@ def _check_sections(base) -> None:
         value = base.get(section)
         if value is not None and not isinstance(value, (dict, DictConfig)):
             raise ConfigError(f"bad config section {section!r}: a mapping of its keys (for example "
-                              f"{section}: {{{_example(section)}}}), not {_show(value)}")
+                              f"{section}: {{{_example(section)}}}), not {show(value)}")
     hidden = (base.get("model") or {}).get("hidden")
     if hidden is not None and not isinstance(hidden, (list, ListConfig)):
-        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {_show(hidden)}")
+        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {show(hidden)}")
 
 
 def _example(section: str) -> str:
@@ -281,87 +258,6 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
     return make_config(base, overrides)
 
 
-COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
-# The whole-number keys: (least, most); null, where allowed, means a default
-WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.train_limit": COUNT, "data.test_limit": COUNT,
-         "train.epochs": COUNT, "train.batch_size": COUNT, "train.lr_step": COUNT, "train.num_particles": COUNT,
-         "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
-         "train.twin_epochs": COUNT, "train.members": COUNT, "train.member": SIZE, "mcmc.num_samples": COUNT,
-         "mcmc.warmup_steps": SIZE, "mcmc.max_tree_depth": COUNT, "abstention.samples": (1, MAX_SAMPLES),
-         "seed": (0, 2 ** 32 - 1)}
-# Keys that must be finite positive numbers
-POSITIVE = ("model.prior_scale", "model.mixture_scale1", "model.mixture_scale2", "model.init_scale",
-            "model.noise_scale", "train.lr", "train.lr_gamma", "train.kl_weight", "train.twin_lr")
-# Keys that are fractions, and the interval of 0 and 1 each must lie in (the abstention section's
-# are checked by bnn_zoo.calibration)
-FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "train.twin_dropout": "[0, 1)",
-             "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)"}
-
-
-def _check(cfg: DictConfig) -> None:
-    """What types cannot say: names from a list, ranges, and keys that must agree."""
-    if cfg.arch not in ARCHITECTURES:
-        raise ConfigError(f"bad config key 'arch': unknown architecture {_show(cfg.arch)}; "
-                          f"choose one of {', '.join(ARCHITECTURES)}")
-    spec = ARCHITECTURES[cfg.arch]
-    if cfg.data.name is not None and cfg.data.name not in spec.datasets:
-        raise ConfigError(f"bad config key 'data.name': {_show(cfg.data.name)} does not suit "
-                          f"{cfg.arch}; choose one of {', '.join(spec.datasets)}")
-    if cfg.model.hidden is not None and not spec.has_hidden:
-        raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
-    choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
-               "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
-               "train.lr_schedule": ("constant", "cosine", "step")}
-    for key, allowed in choices.items():
-        if OmegaConf.select(cfg, key) not in allowed:
-            raise ConfigError(f"bad config key {key!r}: choose {' or '.join(allowed)}, "
-                              f"not {_show(OmegaConf.select(cfg, key))}")
-    _check_device_name(cfg.device)  # whether this machine has it is pick_device's to say
-    for key, (least, most) in WHOLE.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None and not least <= value <= most:
-            raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
-                              f"got {_show(value)}")
-    for key in POSITIVE:
-        value = OmegaConf.select(cfg, key)
-        if value is not None and not 0 < value < float("inf"):
-            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {_show(value)}")
-    for key, interval in FRACTIONS.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None and not ((value > 0 if interval[0] == "(" else value >= 0) and
-                                      (value < 1 if interval[-1] == ")" else value <= 1)):
-            raise ConfigError(f"bad config key {key!r}: must lie in {interval}, got {_show(value)}")
-    hidden = cfg.model.hidden
-    if hidden is not None and not (len(hidden) and all(isinstance(w, int) and 0 < w <= MAX_COUNT for w in hidden)):
-        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {_show(OmegaConf.to_container(hidden))}")
-    fewest = min(cfg.train.test_samples, cfg.abstention.samples)
-    if cfg.train.members > fewest:  # a mixture draws at least one sample from every member
-        raise ConfigError(f"bad config key 'train.members': an ensemble of {cfg.train.members} needs at least "
-                          f"as many posterior samples; train.test_samples and abstention.samples are {fewest} "
-                          "at the least: raise them or use fewer members")
-    if cfg.train.member and cfg.train.members > 1:
-        raise ConfigError(f"bad config key 'train.member': set by training for an ensemble's members; leave it "
-                          f"out (got member {cfg.train.member} of members {cfg.train.members})")
-    last = cfg.seed + cfg.train.members - 1  # member i's seed is seed + i
-    if last >= 2 ** 32:
-        raise ConfigError(f"bad config key 'seed': with train.members={cfg.train.members} the members use seeds "
-                          f"{cfg.seed}..{last}; seed + members - 1 must be below 2^32")
-    for key in ("run_dir", "resume"):
-        value = OmegaConf.select(cfg, key)
-        try:
-            is_file = value is not None and Path(value).exists() and not Path(value).is_dir()
-        except OSError as err:  # a name too long, say
-            raise ConfigError(f"bad config key {key!r}: cannot use {_show(value)} ({err.strerror})") from None
-        if is_file:
-            raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
-    a = cfg.abstention
-    try:  # the checks certify and Rule make, before any training
-        check_settings(a.risk, a.delta, a.max_refusal)
-        Rule(a.quantile, signal=a.signal)
-    except ValueError as err:
-        raise ConfigError(f"bad config section 'abstention': {_short_quotes(str(err))}") from None
-
-
 def resolved(cfg: DictConfig) -> DictConfig:
     """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly."""
     cfg = cfg.copy()
@@ -377,7 +273,7 @@ def resolved(cfg: DictConfig) -> DictConfig:
 
 def pick_device(name: str) -> torch.device:
     """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N, mps."""
-    _check_device_name(name)
+    check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kind, _, index = name.partition(":")
@@ -391,8 +287,3 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _check_device_name(name: str) -> None:
-    """A device's name must be one of pick_device's forms, whatever this machine has."""
-    if not DEVICES.fullmatch(name):
-        raise ConfigError(f"bad config key 'device': {_show(name)} is not a device; choose auto, cpu, cuda, "
-                          "cuda:N or mps")

@@ -1,6 +1,8 @@
 """Evaluate a trained classifier run: accuracy, calibration and refusals on its test set, and how
 well the uncertainty tells out-of-distribution sets (notMNIST, white noise, FashionMNIST) from it,
-for the Bayesian network and its deterministic twin.
+for the Bayesian network and its deterministic twin. The figures are dataclasses (``Evaluation``, a
+``PosteriorResult`` per posterior: ``InDistribution``, ``Cost``, its ``Rule``, an ``OODResult`` per
+OOD set); eval.json is their ``to_dict()``.
 
 Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--rule quantile --threshold 0.3]
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyro
@@ -16,10 +19,9 @@ import torch
 
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
-from .checkpoint import PARTS
 from .trained import Trained, load
 from .config import pick_device
-from .cost import Cost
+from .cost import Cost as Measure
 from .data import load_torchvision, normalize
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
@@ -31,22 +33,125 @@ from .files import check_writable, write_atomic
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
 
-def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule) -> dict:
+@dataclass
+class InDistribution:
+    """Figures on the test set under a rule: fractions of its inputs, NLL in nats per input."""
+
+    accuracy: float  # forced: the argmax of the mean prediction, never refusing
+    nll: float  # of the mean prediction
+    ece: float
+    refused: float
+    refused_by_gate: float  # refused by the rule's epistemic gate alone
+    accuracy_accepted: float  # NaN where every input was refused
+    multiple: float  # set-valued answers
+    aurc: float  # area under the risk-coverage curve
+    risk_at_95: float  # error rate among the accepted inputs at 95% coverage
+    risk_at_99: float
+
+
+@dataclass
+class Detection:
+    """How well a score tells an OOD set from the test set (``bnn_zoo.metrics.detection``)."""
+
+    auroc: float
+    aupr: float
+    fpr95: float
+
+
+@dataclass
+class OODResult:
+    """One OOD set against the test set: refusals, mean entropy (bits), detection figures."""
+
+    refused: float  # under the posterior's rule
+    refused_by_quantile_rule: float  # under the quantile rule, Rule()
+    mean_entropy: float
+    by_entropy: Detection
+    by_mutual_information: Detection | None = None  # None: one deterministic prediction
+
+    @property
+    def best_auroc(self) -> float:
+        """AUROC by mutual information where the posterior is sampled, else by entropy."""
+        return (self.by_mutual_information or self.by_entropy).auroc
+
+    def to_dict(self) -> dict:
+        found = asdict(self)
+        return found if self.by_mutual_information else {k: v for k, v in found.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OODResult":
+        mi = d.get("by_mutual_information")
+        return cls(**{**d, "by_entropy": Detection(**d["by_entropy"]), "by_mutual_information": mi and Detection(**mi)})
+
+
+@dataclass
+class Cost:
+    """What predicting the test set cost: seconds, peak MB (None where unreadable), numbers stored."""
+
+    predict_seconds: float
+    predict_peak_mb: float | None
+    parameters: int
+
+
+@dataclass
+class PosteriorResult:
+    """One posterior's figures: on the test set, and per OOD set's name."""
+
+    posterior: str  # its label, e.g. "mean-field VI" (bnn_zoo.ladder)
+    rule: Rule
+    cost: Cost
+    test: InDistribution
+    ood: dict[str, OODResult] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),
+                "test": asdict(self.test), "ood": {name: o.to_dict() for name, o in self.ood.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PosteriorResult":
+        return cls(d["posterior"], Rule.from_dict(d["rule"]), Cost(**d["cost"]), InDistribution(**d["test"]),
+                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()})
+
+
+@dataclass
+class Evaluation:
+    """``evaluate_run``'s result: a ``PosteriorResult`` per posterior the run holds (bnn_zoo.ladder's
+    names), and the OOD sets skipped (name: why). eval.json is ``to_dict()``.
+
+    Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors[BAYES].test``
+    """
+
+    run_dir: str
+    num_samples: int
+    seed: int
+    rule: str  # which rules: "calibrated" (each posterior's certified one) or "quantile"
+    test_size: int
+    skipped: dict[str, str]
+    posteriors: dict[str, PosteriorResult]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Evaluation":
+        return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()}})
+
+
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule) -> InDistribution:
     """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone), accuracy on the
-    accepted inputs, set-valued answers."""
+    accepted inputs, set-valued answers, and the selective risks."""
     decision = rule(probs)
     labels = labels.to(probs.device)
     accepted = ~decision.refused
     correct = decision.prediction == labels
-    return {
-        **Categorical().metrics(probs, labels),  # forced accuracy and NLL of the mean
-        "ece": expected_calibration_error(decision.mean_probs, labels),
-        "refused": decision.refused.float().mean().item(),
-        "refused_by_gate": decision.refused_by_gate.float().mean().item(),
-        "accuracy_accepted": correct[accepted].float().mean().item() if accepted.any() else float("nan"),
-        "multiple": decision.multiple.float().mean().item(),
-        **selective_risks(probs, labels, rule.quantile),
-    }
+    forced = Categorical().metrics(probs, labels)
+    return InDistribution(
+        accuracy=forced["accuracy"], nll=forced["nll"],
+        ece=expected_calibration_error(decision.mean_probs, labels),
+        refused=decision.refused.float().mean().item(),
+        refused_by_gate=decision.refused_by_gate.float().mean().item(),
+        accuracy_accepted=correct[accepted].float().mean().item() if accepted.any() else float("nan"),
+        multiple=decision.multiple.float().mean().item(),
+        **selective_risks(probs, labels, rule.quantile))
 
 
 def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5) -> dict:
@@ -57,20 +162,18 @@ def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float =
     return {"aurc": risk.mean().item(), "risk_at_95": at[0.95], "risk_at_99": at[0.99]}
 
 
-def ood_rows(name: str, in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> dict:
-    """Refusals (under ``rule`` and under the seed's quantile rule), mean entropy, and detection
+def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> OODResult:
+    """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection
     figures by entropy and mutual information, for one OOD set against the test set."""
     in_u, ood_u = uncertainty(in_probs, rule.quantile), uncertainty(ood_probs, rule.quantile)
-    rows = {f"ood/refused_{name}": rule(ood_probs).refused.float().mean().item(),
-            f"ood/refused_quantile_rule_{name}": Rule()(ood_probs).refused.float().mean().item(),
-            f"ood/entropy_{name}": ood_u["entropy"].mean().item()}
-    scores = {"": "entropy"}
-    if in_probs.shape[0] > 1:  # mutual information is zero for a single deterministic softmax
-        scores["_mi"] = "mutual_information"
-    for suffix, key in scores.items():
-        for metric, value in detection(in_u[key], ood_u[key]).items():
-            rows[f"ood/{metric}{suffix}_{name}"] = value
-    return rows
+    sampled = in_probs.shape[0] > 1  # mutual information is zero for a single deterministic softmax
+    return OODResult(
+        refused=rule(ood_probs).refused.float().mean().item(),
+        refused_by_quantile_rule=Rule()(ood_probs).refused.float().mean().item(),
+        mean_entropy=ood_u["entropy"].mean().item(),
+        by_entropy=Detection(**detection(in_u["entropy"], ood_u["entropy"])),
+        by_mutual_information=Detection(**detection(in_u["mutual_information"], ood_u["mutual_information"]))
+        if sampled else None)
 
 
 def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None, test_size: int | None,
@@ -91,7 +194,7 @@ def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
 def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rule: str = "calibrated",
                  quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
-                 device: str = "auto") -> dict:
+                 device: str = "auto") -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
     ``bnn_zoo.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
@@ -101,12 +204,11 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     x = normalize(images).to(trained.device)
     in_probs, results = {}, {}
     for part, posterior in posteriors(trained).items():
-        with Cost(trained.device) as cost:
+        with Measure(trained.device) as measured:
             in_probs[part] = posterior.predict(x, num_samples)
-        results[part] = {"posterior": posterior.label, "cost/predict_seconds": cost.seconds,
-                         "cost/predict_peak_mb": cost.peak_mb, "cost/parameters": posterior.parameters_stored,
-                         **{f"rule/{k}": v for k, v in rules[part].to_dict().items()},
-                         **{f"test/{k}": v for k, v in in_distribution(in_probs[part], labels, rules[part]).items()}}
+        cost = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
+        results[part] = PosteriorResult(posterior.label, rules[part], cost,
+                                        in_distribution(in_probs[part], labels, rules[part]))
     skipped = {}
     for name in ood:
         try:
@@ -117,19 +219,27 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
             print(f"skipping {name}: {err}", file=sys.stderr)
             continue
         for part, probs in sampled_probs(trained, x, num_samples).items():
-            results[part].update(ood_rows(name, in_probs[part], probs, rules[part]))
-    return {"run_dir": str(run_dir), "num_samples": num_samples, "seed": seed, "rule": rule,
-            "test_size": len(labels), "skipped": skipped, **results}
+            results[part].ood[name] = ood_result(in_probs[part], probs, rules[part])
+    return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
 
 
-def table(results: dict) -> str:
-    """The figures as a text table, one row per metric, a column per model."""
-    parts = [p for p in PARTS if p in results]
-    keys = list(dict.fromkeys(k for p in parts for k in results[p]))
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} as {"a/b": 1}."""
+    found = {}
+    for key, value in d.items():
+        found.update(_flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return found
+
+
+def table(evaluation: Evaluation) -> str:
+    """Every figure as a text table, a row per figure (named by its path in eval.json's posteriors,
+    e.g. ood/notmnist/by_entropy/auroc), a column per posterior."""
+    rows = {part: _flat(r.to_dict()) for part, r in evaluation.posteriors.items()}
+    keys = list(dict.fromkeys(k for row in rows.values() for k in row))
     width = max(len(k) for k in keys)
-    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in parts)]
+    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in rows)]
     for key in keys:
-        cells = [results[p].get(key) for p in parts]
+        cells = [row.get(key) for row in rows.values()]
         lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>9.4f}" if isinstance(c, float) else f"{'n/a' if c is None else str(c):>9}"
                                                       for c in cells))
     return "\n".join(lines)
@@ -156,10 +266,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--output {output} is a {'symbolic link' if output.is_symlink() else 'folder'}; "
                               "give the path of a file to write")
         check_writable(output.parent)
-        results = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
-                               args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root, args.device)
-        write_atomic(output, json.dumps(results, indent=2))
-        print(table(results))
+        evaluation = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
+                                  args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root,
+                                  args.device)
+        write_atomic(output, json.dumps(evaluation.to_dict(), indent=2))
+        print(table(evaluation))
         return 0
 
     return cli.run(command)

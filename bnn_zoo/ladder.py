@@ -6,27 +6,31 @@ Rungs: ``VariationalPosterior`` (a guide: mean-field, low-rank), ``SampledPoster
 samples), ``PointPosterior`` (the twin: point weights, one prediction), ``DropoutPosterior`` (MC
 dropout on a twin trained with dropout) and ``Mixture`` (an ensemble of any of them: K mean-field
 guides from different seeds, or K twins, the deep ensemble). ``posteriors(trained)`` gives the ones a
-trained run holds, under the names its rules and figures use ("bayes", "twin", "hmc").
+trained run holds, under the names its rules and figures use (``BAYES``, ``TWIN``, ``HMC``: the
+names of ``bnn_zoo.checkpoint.PARTS``, "bayes", "twin", "hmc").
 
 Usage::
 
-    found = posteriors(bnn_zoo.load("runs/lenet_ensemble"))    # {"bayes": Mixture, "twin": Mixture}
-    probs = found["bayes"].predict(x, num_samples=100)          # [100, N, 10]
-    found["twin"].label, found["twin"].parameters_stored        # "deep ensemble of 5 twins", 308,530
+    found = posteriors(bnn_zoo.load("runs/lenet_ensemble"))    # {BAYES: Mixture, TWIN: Mixture}
+    probs = found[BAYES].predict(x, num_samples=100)            # [100, N, 10]
+    found[TWIN].label, found[TWIN].parameters_stored            # "deep ensemble of 5 twins", 308,530
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import contextmanager
+from typing import Generator
 
 import torch
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 from torch import nn
 
 from .bnn import BayesianNet
+from .checkpoint import PARTS
+from .sampling import Chunk, check_inputs, evaluating, fill_predictions, network_chunks, positive_sizes, sample_chunks
 from .trained import Trained
-from .sampling import check_inputs, predict
 from .twin import Twin
+
+BAYES, TWIN, HMC = PARTS  # the posteriors' names, in code that names one
 
 
 class Posterior(ABC):
@@ -35,10 +39,18 @@ class Posterior(ABC):
     label: str
     stochastic: bool = True  # False: one prediction per input (a point estimate)
 
-    @abstractmethod
     def predict(self, x: torch.Tensor, num_samples: int = 100, chunk_size: int = 10,
                 batch_size: int = 500) -> torch.Tensor:
-        """Sampled predictions [S, N, ...] on ``x``: S = num_samples, or 1 for a point estimate."""
+        """Sampled predictions [S, N, ...] on ``x``: S = num_samples, or 1 for a point estimate,
+        filled chunk by chunk by ``bnn_zoo.sampling.fill_predictions``."""
+        check_inputs(x)
+        rows = self.rows(num_samples)
+        positive_sizes(rows, chunk_size, batch_size)
+        return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)
+
+    @abstractmethod
+    def chunks(self, x: torch.Tensor, num_samples: int, chunk_size: int) -> Generator[Chunk, None, None]:
+        """The chunks of ``rows(num_samples)`` predictions, in ``fill_predictions``'s format."""
 
     @property
     @abstractmethod
@@ -54,20 +66,6 @@ def _count(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
 
 
-@contextmanager
-def _evaluating(twin: Twin, dropout: bool = False):
-    """The twin in eval mode (its dropout layers sampling when ``dropout``); its mode restored after."""
-    was_training = twin.training
-    twin.eval()
-    for m in twin.modules() if dropout else ():
-        if isinstance(m, nn.Dropout):
-            m.train()
-    try:
-        yield
-    finally:
-        twin.train(was_training)
-
-
 class VariationalPosterior(Posterior):
     """A guide of a Bayesian network (``bnn_zoo.guides``): weights drawn from it."""
 
@@ -78,8 +76,8 @@ class VariationalPosterior(Posterior):
                       f"low-rank VI (rank {guide.rank})" if isinstance(guide, AutoLowRankMultivariateNormal) else
                       "mean-field VI")
 
-    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
-        return predict(self.model, self.guide, x, self.rows(num_samples), chunk_size, batch_size)
+    def chunks(self, x, num_samples, chunk_size):
+        return network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)
 
     @property
     def parameters_stored(self) -> int:
@@ -94,8 +92,8 @@ class SampledPosterior(Posterior):
         self.total = len(next(iter(samples.values())))
         self.label = f"HMC (NUTS, {self.total} samples)"
 
-    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
-        return predict(self.model, self.samples, x, min(num_samples or self.total, self.total), chunk_size, batch_size)
+    def chunks(self, x, num_samples, chunk_size):
+        return network_chunks(self.model, self.samples, x, self.rows(num_samples), chunk_size)
 
     def rows(self, num_samples: int) -> int:
         return min(num_samples or self.total, self.total)
@@ -113,11 +111,9 @@ class PointPosterior(Posterior):
     def __init__(self, twin: Twin, label: str = "MAP (the twin)"):
         self.twin, self.label = twin, label
 
-    @torch.no_grad()
-    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
-        check_inputs(x)
-        with _evaluating(self.twin):
-            return torch.cat([self.twin(xb) for xb in x.split(batch_size)])[None]
+    def chunks(self, x, num_samples, chunk_size):
+        with evaluating(self.twin):
+            yield 1, lambda xb: self.twin(xb)[None]
 
     @property
     def parameters_stored(self) -> int:
@@ -136,22 +132,15 @@ class DropoutPosterior(PointPosterior):
             raise ValueError("MC dropout needs a twin trained with dropout (train.twin_dropout > 0)")
         super().__init__(twin, f"MC dropout (p = {rates[0]:g})")
 
-    @torch.no_grad()
-    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
-        check_inputs(x)
-        if not (num_samples and num_samples >= 1 and chunk_size >= 1 and batch_size >= 1):
-            raise ValueError("num_samples, chunk_size and batch_size must be positive")
-        out = None
-        with _evaluating(self.twin, dropout=True):
-            for start in range(0, num_samples, chunk_size):
-                n = min(chunk_size, num_samples - start)
-                for first, xb in zip(range(0, len(x), batch_size), x.split(batch_size)):
-                    piece = self.twin(xb.repeat(n, *[1] * (xb.dim() - 1)))
-                    piece = piece.reshape(n, len(xb), *piece.shape[1:])
-                    if out is None:
-                        out = piece.new_empty(num_samples, len(x), *piece.shape[2:])
-                    out[start:start + n, first:first + len(xb)] = piece
-        return out
+    def chunks(self, x, num_samples, chunk_size):
+        with evaluating(self.twin, dropout=True):
+            for _, n in sample_chunks(num_samples, chunk_size):
+                yield n, lambda xb: self._repeated(xb, n)
+
+    def _repeated(self, xb: torch.Tensor, n: int) -> torch.Tensor:
+        """n draws on the batch: one pass over it repeated n times, [n, len(xb), ...]."""
+        out = self.twin(xb.repeat(n, *[1] * (xb.dim() - 1)))
+        return out.reshape(n, len(xb), *out.shape[1:])
 
 
 class Mixture(Posterior):
@@ -172,17 +161,9 @@ class Mixture(Posterior):
     def rows(self, num_samples: int) -> int:
         return sum(self._shares(num_samples))
 
-    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
-        shares = self._shares(num_samples)
-        out, start = None, 0
-        for member, n in zip(self.members, shares):
-            piece = member.predict(x, n, chunk_size, batch_size)
-            if out is None:
-                out = piece.new_empty(sum(shares), *piece.shape[1:])
-            out[start:start + len(piece)] = piece
-            start += len(piece)
-            del piece
-        return out
+    def chunks(self, x, num_samples, chunk_size):
+        for member, n in zip(self.members, self._shares(num_samples)):
+            yield from member.chunks(x, n, chunk_size)
 
     @property
     def parameters_stored(self) -> int:
@@ -196,21 +177,21 @@ def _twin_posterior(twin: Twin) -> Posterior:
 
 
 def posteriors(trained: Trained) -> dict[str, Posterior]:
-    """The posteriors a trained run holds: "bayes" (its guide, or the mixture of its ensemble's
-    guides), "twin" (the twin, MC dropout, or the deep ensemble of the members' twins) where it
-    trained one, and "hmc" where it drew NUTS samples."""
+    """The posteriors a trained run holds: BAYES (its guide, or the mixture of its ensemble's
+    guides), TWIN (the twin, MC dropout, or the deep ensemble of the members' twins) where it
+    trained one, and HMC where it drew NUTS samples."""
     runs = [trained, *trained.members]
     bayes = [VariationalPosterior(t.model, t.guide) for t in runs]
     found: dict[str, Posterior] = {
-        "bayes": bayes[0] if len(bayes) == 1 else Mixture(bayes, f"ensemble of {len(bayes)} {bayes[0].label}")}
+        BAYES: bayes[0] if len(bayes) == 1 else Mixture(bayes, f"ensemble of {len(bayes)} {bayes[0].label}")}
     twins = [_twin_posterior(t.twin) for t in runs if t.twin is not None]
     if len(twins) == 1:
-        found["twin"] = twins[0]
+        found[TWIN] = twins[0]
     elif twins:
         kind = twins[0].label if twins[0].stochastic else "twins"
-        found["twin"] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
+        found[TWIN] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
     if trained.samples is not None:
-        found["hmc"] = SampledPosterior(trained.model, trained.samples)
+        found[HMC] = SampledPosterior(trained.model, trained.samples)
     return found
 
 

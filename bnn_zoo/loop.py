@@ -1,22 +1,26 @@
-"""The epoch loop every trainer shares: minibatches on the device, a progress bar, a check for
-non-finite losses, the learning-rate schedule, and a hook after each epoch.
+"""The one loop every phase of training runs in (``bnn_zoo.phases``): Adam, the learning-rate
+schedule replayed on resume, minibatches on the device, a progress bar, validation and a checkpoint
+every ``train.eval_every`` epochs (only from finite parameters), early stopping, and one line on
+what a diverged or stopped run keeps and how to resume it.
 
-Usage: ``fit("twin", twin.loss, optimizer, make_scheduler(optimizer, cfg.train, 20, 1e-3), train_set,
-cfg.train, 20, history, 1.0, after_epoch)``
+Usage: ``figures = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, log, stored)``
 """
 from __future__ import annotations
 
 import math
+import statistics
 import time
 import warnings
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from .data import TensorSet
-from .errors import TrainingError
+from .checkpoint import config_dict, restore_rng, rng_state, save_atomic
+from .data import Splits, TensorSet
+from .errors import StorageError, TrainingError
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int, lr: float, done: int = 0):
@@ -87,3 +91,90 @@ def adam(params, lr: float) -> torch.optim.Adam:
 def reached(record: dict, target: Optional[float]) -> bool:
     """Whether an epoch's validation accuracy reached ``target`` (never when target is None)."""
     return target is not None and record.get("val/accuracy", -1.0) >= target
+
+
+def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callable[[str], None],
+                stored: Optional[dict] = None) -> dict:
+    """Train ``phase`` (a ``bnn_zoo.phases.Phase``) on ``splits.train`` for its planned epochs,
+    continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch and
+    test figures."""
+    t = cfg.train
+    optimizer = adam(phase.parameters(), phase.lr)
+    history: list = []
+    if stored:
+        phase.restore(stored)
+        optimizer.load_state_dict(stored["optimizer"])
+        history = stored["history"]
+        restore_rng(stored, splits.train.x.device)
+        log(f"resumed {phase.path} after epoch {stored['epoch']}")
+    scheduler = make_scheduler(optimizer, t, phase.epochs, phase.lr, done=len(history))
+    last = LastCheckpoint(phase.path, cfg, phase.lr, stored["epoch"] if stored else None)
+
+    def after_epoch(record: dict, due: bool) -> bool:
+        phase.end_epoch(record)
+        history.append(record)
+        if not due:
+            return False
+        if splits.val is not None:
+            record.update(prefixed("val", phase.metrics(splits.val, t.val_samples)))
+        log(f"{phase.label} epoch {record['epoch']}: " +
+            figures({k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}))
+        last.check(phase.label, record["epoch"], phase.parameters())
+        save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"],
+                     "optimizer": optimizer.state_dict(), "history": history, **phase.state(),
+                     **rng_state(splits.train.x.device)}, phase.path)
+        last.epoch = record["epoch"]
+        return reached(record, t.stop_at_accuracy)
+
+    with phase.stepping(), last:
+        fit(phase.label, phase.loss, optimizer, scheduler, splits.train, t, phase.epochs, history,
+            phase.per_example, after_epoch)
+    test = phase.metrics(splits.test, t.test_samples)
+    log(f"{phase.label} test{f' ({t.test_samples} posterior samples)' if phase.sampled else ''}: {figures(test)}")
+    return {"history": history, "seconds_per_epoch": statistics.median(h["seconds"] for h in history),
+            **prefixed("test", test)}
+
+
+class LastCheckpoint:
+    """The epoch a phase's checkpoint file holds, and what a stopped run says about it: a checkpoint
+    is written only from finite parameters, and a TrainingError (divergence) or StorageError (a full
+    disk, a folder gone read-only) raised inside ``with last:`` ends with which epoch the file holds
+    and how to resume from it."""
+
+    def __init__(self, path: Path, cfg: DictConfig, lr: float, epoch: Optional[int]):
+        self.path, self.cfg, self.lr, self.epoch = path, cfg, lr, epoch
+
+    def check(self, label: str, epoch: int, parameters) -> None:
+        if not all(bool(torch.isfinite(p).all()) for p in parameters):
+            raise TrainingError(f"{label}: parameters became non-finite in epoch {epoch}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        run_dir = self.path.parent
+        if isinstance(err, StorageError):
+            advice = (f"{self.path} holds epoch {self.epoch}: free space (or make {run_dir} writable) and resume: "
+                      f"python -m bnn_zoo.train resume={run_dir}" if self.epoch is not None else
+                      "no checkpoint was written: free space (or make the folder writable) and train again")
+            raise StorageError(f"{err}; stopped. {advice}") from None
+        if not isinstance(err, TrainingError):
+            return False
+        lower = f"{min(self.lr / 10, 1e-3):g}"
+        if self.epoch is None:
+            advice = (f"no checkpoint was written (the first would have followed epoch {self.cfg.train.eval_every}): "
+                      f"train again with a lower learning rate, e.g. train.lr={lower} overwrite=true")
+        else:
+            advice = (f"{self.path} holds epoch {self.epoch}, the last with finite parameters: resume it with "
+                      f"a lower learning rate: python -m bnn_zoo.train resume={run_dir} train.lr={lower}")
+        raise TrainingError(f"{err}; stopped. {advice}") from None
+
+
+def prefixed(prefix: str, found: dict) -> dict:
+    """``{"prefix/key": value}``: figures as metrics.json names them (val/accuracy, test/nll)."""
+    return {f"{prefix}/{k}": v for k, v in found.items()}
+
+
+def figures(found: dict) -> str:
+    """Figures as a log line shows them: ``name value, ...``."""
+    return ", ".join(f"{k} {v:.4f}" for k, v in found.items())

@@ -94,7 +94,7 @@ def _answer(args) -> int:
         print(json.dumps(answers, indent=2))
     elif good:
         certified = args.rule == "quantile" or "rule" in trained.calibration.get(args.posterior, {})
-        print(rule_text + ("" if certified else " (the seed's rule: this run has no certified rule; "
+        print(rule_text + ("" if certified else " (the quantile rule: this run has no certified rule; "
                                                 "python -m bnn_zoo.calibrate RUN_DIR writes one)"))
     for a in answers if not args.json else []:
         name = _printable(a["file"])

@@ -6,22 +6,52 @@ Usage: ``rejection_report("runs/lenet", "notmnist", out_dir="runs/lenet/reject_n
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyro
 import torch
 
 from . import cli, plots
-from .abstention import abstain, risk_coverage
+from .abstention import Rule, abstain, risk_coverage
 from .data import normalize
-from .evaluate import in_distribution, load_for_evaluation
+from .evaluate import InDistribution, OODResult, in_distribution, load_for_evaluation, ood_result
 from .files import write_atomic
 from .ood import ood_images
-from .ladder import sampled_probs
+from .ladder import BAYES, HMC, TWIN, sampled_probs
 from .metrics import reliability_bins
 
-LABELS = {"bayes": "Bayesian", "twin": "deterministic", "hmc": "HMC"}
+LABELS = {BAYES: "Bayesian", TWIN: "deterministic", HMC: "HMC"}
 OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
+
+
+@dataclass
+class Refusals:
+    """One posterior under its rule: its figures on the test set, and on the OOD set."""
+
+    rule: Rule
+    test: InDistribution
+    ood: OODResult
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule.to_dict(), "test": asdict(self.test), "ood": self.ood.to_dict()}
+
+
+@dataclass
+class RejectionReport:
+    """``rejection_report``'s result: ``Refusals`` per posterior (bnn_zoo.ladder's names); its JSON
+    is ``to_dict()``."""
+
+    run_dir: str
+    ood: str  # the OOD set's name
+    num_samples: int
+    rule: str  # which rules: "calibrated" or "quantile"
+    test_size: int
+    ood_size: int
+    posteriors: dict[str, Refusals]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()}}
 
 
 def refusal_curve(probs: torch.Tensor, quantile: float, thresholds: torch.Tensor) -> torch.Tensor:
@@ -34,7 +64,7 @@ def refusal_curve(probs: torch.Tensor, quantile: float, thresholds: torch.Tensor
 def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None = None,
                      num_samples: int = 100, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2,
                      test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
-                     data_root: str | None = None, device: str = "auto", seed: int = 0) -> dict:
+                     data_root: str | None = None, device: str = "auto", seed: int = 0) -> RejectionReport:
     """Refusals on MNIST test and an OOD set for a trained run, each model under its rule (see
     ``Trained.rules_for``); writes JSON and plots to out_dir."""
     trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
@@ -47,22 +77,16 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
     in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
     ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
 
-    rows = {}
-    for part in in_probs:
-        mnist = in_distribution(in_probs[part], labels, rules[part])
-        rows[part] = {"refused_mnist": mnist["refused"], "accuracy_accepted_mnist": mnist["accuracy_accepted"],
-                      "forced_accuracy_mnist": mnist["accuracy"],
-                      f"refused_{ood}": rules[part](ood_probs[part]).refused.float().mean().item(),
-                      "rule": rules[part].to_dict()}
-    result = {"run_dir": str(run_dir), "ood": ood, "num_samples": num_samples, "rule": rule,
-              "test_size": len(labels), "ood_size": len(ood_raw), **rows}
-    write_atomic(out_dir / f"reject_{ood}.json", json.dumps(result, indent=2))
-    _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rules["bayes"], grid)
-    return result
+    found = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
+                            ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}
+    report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_raw), found)
+    write_atomic(out_dir / f"reject_{ood}.json", json.dumps(report.to_dict(), indent=2))
+    _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rules[BAYES], grid)
+    return report
 
 
 def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid):
-    bayes = in_probs["bayes"]
+    bayes = in_probs[BAYES]
     quantile, threshold = rule.quantile, rule.threshold
     decision = rule(bayes)
     # A grid with refused, wrong and correct MNIST inputs, then OOD inputs.
@@ -73,14 +97,14 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid
               ("Correct" if decision.prediction[i] == labels[i] else "Wrong") + f" (label {labels[i]})"
               for i in picks]
     n_ood = max(1, grid - len(picks))
-    ood_decision = rule(ood_probs["bayes"][:, :n_ood])
+    ood_decision = rule(ood_probs[BAYES][:, :n_ood])
     titles += [f"{OOD_TITLES.get(ood, ood)}: " + ("Refused" if r else f"said {p}")
                for r, p in zip(ood_decision.refused.tolist(), ood_decision.prediction.tolist())]
     plots.sample_histograms(torch.cat([images[picks], ood_raw[:n_ood]]),
-                            torch.cat([bayes[:, picks], ood_probs["bayes"][:, :n_ood]], 1),
+                            torch.cat([bayes[:, picks], ood_probs[BAYES][:, :n_ood]], 1),
                             quantile, threshold, titles, out_dir / "histograms.png")
-    twin = ood_probs["twin"][0, :n_ood] if "twin" in ood_probs else None
-    plots.mean_prob_bars(ood_raw[:n_ood], ood_probs["bayes"][:, :n_ood].mean(0), twin, threshold,
+    twin = ood_probs[TWIN][0, :n_ood] if TWIN in ood_probs else None
+    plots.mean_prob_bars(ood_raw[:n_ood], ood_probs[BAYES][:, :n_ood].mean(0), twin, threshold,
                          out_dir / "mean_probabilities.png")
     thresholds = torch.linspace(0, 1, 101)
     curves, risks, reliab = {}, {}, {}
@@ -95,13 +119,14 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid
     plots.reliability(reliab, out_dir / "reliability.png")
 
 
-def table(result: dict, ood: str) -> str:
-    parts = [p for p in LABELS if p in result]
-    names = {"refused_mnist": "refused on MNIST", "accuracy_accepted_mnist": "accuracy on accepted MNIST",
-             "forced_accuracy_mnist": "forced accuracy (MNIST)", f"refused_{ood}": f"refused on {OOD_TITLES.get(ood, ood)}"}
-    lines = [f"{'':<28}" + "".join(f"{LABELS[p]:>15}" for p in parts)]
-    lines += [f"{label:<28}" + "".join(f"{100 * result[p][key]:>14.2f}%" for p in parts)
-              for key, label in names.items()]
+def table(report: RejectionReport) -> str:
+    """The refusals and accuracies in percent, a column per posterior."""
+    rows = {"refused on MNIST": lambda r: r.test.refused, "accuracy on accepted MNIST": lambda r: r.test.accuracy_accepted,
+            "forced accuracy (MNIST)": lambda r: r.test.accuracy,
+            f"refused on {OOD_TITLES.get(report.ood, report.ood)}": lambda r: r.ood.refused}
+    lines = [f"{'':<28}" + "".join(f"{LABELS[p]:>15}" for p in report.posteriors)]
+    lines += [f"{label:<28}" + "".join(f"{100 * figure(r):>14.2f}%" for r in report.posteriors.values())
+              for label, figure in rows.items()]
     return "\n".join(lines)
 
 
@@ -117,10 +142,10 @@ def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        result = rejection_report(args.run_dir, ood, args.out, args.samples, args.rule, args.quantile, args.threshold,
+        report = rejection_report(args.run_dir, ood, args.out, args.samples, args.rule, args.quantile, args.threshold,
                                   args.test_size, args.ood_size, args.grid, args.data_root, args.device,
                                   args.seed)
-        print(table(result, ood))
+        print(table(report))
         return 0
 
     return cli.run(command)

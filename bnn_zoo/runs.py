@@ -1,13 +1,15 @@
-"""A run directory belongs to one run: a lock while a process trains into it, a refusal to start a
-new run where another one lives (unless told to replace it), a mark that says which files are the
-run's (a replaced run takes only those with it), and files written whole (``bnn_zoo.files``).
+"""A run directory and the one run it holds: its layout (``Run``), a lock while a process trains
+into it, a refusal to start a new run where another one lives (unless told to replace it), a mark
+that says which files are the run's (a replaced run takes only those with it), and files written
+whole (``bnn_zoo.files``).
 
 Usage::
 
-    with claim(run_dir, overwrite=False, resuming=False):
-        remove_run_files(run_dir)        # overwrite=true: the old run's own files, nothing else
-        mark(run_dir)
-        write_atomic(run_dir / "config.yaml", text)
+    run = Run("runs/lenet")
+    with run.claim(overwrite=False, resuming=False):
+        run.start(cfg, fresh=True)       # the old run's own files go (overwrite=true), the config is written
+        ...                              # run.checkpoint, run.twin_checkpoint, run.member(1), ...
+    trained = run.load("cpu")            # what bnn_zoo.load(run_dir) returns
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from .errors import ConfigError
 from .files import check_writable, make_folder, open_lock, write_atomic
+from .trained import Trained, load, member_dirs
 
 LOCK = ".lock"
 MARK = ".bnn_zoo_run"  # written when a run starts: the run files beside it are that run's
@@ -26,6 +29,46 @@ MARK = ".bnn_zoo_run"  # written when a run starts: the run files beside it are 
 # an ensemble's other members are runs of their own in MEMBERS/1, MEMBERS/2, ...
 RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, "metrics.json",
              "eval.json", "training.png", "predictive.png")
+
+
+class Run:
+    """A run directory: where each of its files lives, and the one process that writes them."""
+
+    def __init__(self, folder: str | Path):
+        self.dir = Path(folder)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r})"
+
+    checkpoint = property(lambda self: self.dir / CHECKPOINT, doc="the Bayesian network's checkpoint")
+    twin_checkpoint = property(lambda self: self.dir / TWIN_CHECKPOINT, doc="the deterministic twin's")
+    hmc_samples = property(lambda self: self.dir / HMC_SAMPLES, doc="NUTS's weight samples (infer=nuts)")
+    calibration = property(lambda self: self.dir / CALIBRATION, doc="the certified abstention rules")
+    config_file = property(lambda self: self.dir / "config.yaml", doc="the resolved config, for people")
+    metrics = property(lambda self: self.dir / "metrics.json", doc="training's figures")
+
+    def member(self, i: int) -> "Run":
+        """Ensemble member ``i`` (1, 2, ...; member 0 is this run), a run of its own in MEMBERS/i."""
+        return Run(member_dirs(self.dir, i + 1)[-1])
+
+    def claim(self, overwrite: bool = False, resuming: bool = False):
+        """``claim`` this run's directory (a context manager)."""
+        return claim(self.dir, overwrite, resuming)
+
+    def start(self, config_text: str, fresh: bool) -> None:
+        """Inside ``claim``: a fresh run takes the old run's own files away (overwrite=true; only now
+        that the new one is ready to write); either way the folder is marked and the config written."""
+        if fresh:
+            remove_run_files(self.dir)
+        mark(self.dir)
+        write_atomic(self.config_file, config_text)
+
+    def write_metrics(self, text: str) -> None:
+        write_atomic(self.metrics, text)
+
+    def load(self, device="cpu") -> Trained:
+        """The trained run: ``bnn_zoo.load(run_dir)``."""
+        return load(self.dir, device)
 
 
 def owned(run_dir: Path) -> bool:

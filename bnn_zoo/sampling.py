@@ -8,16 +8,20 @@ Usage::
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from contextlib import closing, contextmanager
+from typing import Callable, Generator, Iterator, Optional, Union
 
 import pyro
 import pyro.poutine as poutine
 import torch
+from torch import nn
 
 from .bnn import BayesianNet
 from .data import MNIST_MEAN, MNIST_STD
 
 WeightSource = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
+# (n, predict_batch): n samples' weights, and what they predict on a batch xb, [n, len(xb), ...]
+Chunk = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
 # Normalized images lie in NORMALIZED_RANGE; inputs beyond IMAGE_LIMIT were not normalized (0..255).
 NORMALIZED_RANGE = ((0 - MNIST_MEAN) / MNIST_STD, (1 - MNIST_MEAN) / MNIST_STD)
 IMAGE_LIMIT = 10.0
@@ -78,7 +82,74 @@ def sample_count(samples: dict) -> int:
     return next(iter(counts.values()))
 
 
+def positive_sizes(num_samples, chunk_size: int, batch_size: int) -> None:
+    """ValueError unless the number of samples, the chunk size and the batch size are all >= 1."""
+    if not (num_samples and num_samples >= 1 and chunk_size >= 1 and batch_size >= 1):
+        raise ValueError("num_samples, chunk_size and batch_size must be positive")
+
+
+@contextmanager
+def evaluating(module: nn.Module, dropout: bool = False) -> Iterator[nn.Module]:
+    """``module`` in eval mode (its dropout layers sampling when ``dropout``), its mode restored after.
+
+    Usage: ``with evaluating(twin): probs = twin(x)``
+    """
+    was_training = module.training
+    module.eval()
+    for layer in module.modules() if dropout else ():
+        if isinstance(layer, nn.Dropout):
+            layer.train()
+    try:
+        yield module
+    finally:
+        module.train(was_training)
+
+
+def sample_chunks(num_samples: int, chunk_size: int) -> Iterator[tuple[int, int]]:
+    """(first sample, size) of the chunks that ``num_samples`` samples are drawn in."""
+    for start in range(0, num_samples, chunk_size):
+        yield start, min(chunk_size, num_samples - start)
+
+
 @torch.no_grad()
+def fill_predictions(x: torch.Tensor, chunks: Generator[Chunk, None, None], total: int,
+                     batch_size: int) -> torch.Tensor:
+    """The one prediction loop: [total, N, ...] filled in place, chunk after chunk of samples, each
+    chunk ``(n, predict_batch)`` run over ``x`` ``batch_size`` inputs at a time (predict_batch(xb)
+    gives [n, len(xb), ...]). ``chunks`` is read lazily, so one chunk's weights live at a time, and
+    closed at the end, whatever happened, so that the modes its chunks set are restored.
+
+    Usage: ``fill_predictions(x, network_chunks(model, guide, x, 100, 10), 100, 500)``
+    """
+    out, start = None, 0
+    with closing(chunks):
+        for n, predict_batch in chunks:
+            for first, xb in zip(range(0, len(x), batch_size), x.split(batch_size)):
+                piece = predict_batch(xb)
+                if out is None:
+                    out = piece.new_empty(total, len(x), *piece.shape[2:])
+                out[start:start + n, first:first + len(xb)] = piece
+            start += n
+    return out
+
+
+def network_chunks(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_samples: int,
+                   chunk_size: int, keep: Optional[dict] = None) -> Generator[Chunk, None, None]:
+    """Chunks of the model's predictions (for ``fill_predictions``), the model in eval mode: each
+    chunk's weights drawn from a guide in one vectorized trace, or ``num_samples`` evenly spaced
+    ones of a dict of samples; ``keep`` ({parameter name: bool mask}) zeroes the weights where False."""
+    index = None
+    if isinstance(posterior, dict):
+        index = torch.linspace(0, sample_count(posterior) - 1, num_samples).round().long()
+    with evaluating(model):
+        for start, n in sample_chunks(num_samples, chunk_size):
+            weights = draw_weights(model, posterior, x, n, None if index is None else index[start:start + n])
+            for name, mask in (keep or {}).items():
+                weights[name] = weights[name] * mask
+            yield n, lambda xb: model.likelihood.predictive(model.forward_with(weights, xb))
+            weights.clear()  # this chunk's weights go before the next chunk's are drawn
+
+
 def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_samples: Optional[int] = 100,
             chunk_size: int = 10, batch_size: int = 500, keep: Optional[dict] = None) -> torch.Tensor:
     """Posterior predictive on ``x``: per posterior sample, the likelihood's predictive (class
@@ -87,36 +158,17 @@ def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_sa
     ``posterior`` is any guide of the model, or a dict of weight samples (MCMC); of those,
     ``num_samples`` evenly spaced ones are used (None: all). Weights are drawn ``chunk_size``
     samples at a time and each chunk runs as one batched pass over ``batch_size`` inputs, so memory
-    beyond the result is bounded by chunk_size x batch_size activations, whatever num_samples is. ``keep`` ({parameter name: bool mask}) zeroes
-    the weights where the mask is False (pruning). The model runs in eval mode. Runs in the
-    caller's Pyro settings and parameter store; the result is on x's device.
+    beyond the result is bounded by chunk_size x batch_size activations, whatever num_samples is
+    (``fill_predictions``). ``keep`` ({parameter name: bool mask}) zeroes the weights where the mask
+    is False (pruning). The model runs in eval mode. Runs in the caller's Pyro settings and
+    parameter store; the result is on x's device.
     """
     check_inputs(x)
-    index = None
     if isinstance(posterior, dict):
         total = sample_count(posterior)
         num_samples = total if num_samples is None else num_samples
         if num_samples > total:
             raise ValueError(f"the posterior holds {total} samples; asked for {num_samples}")
-        index = torch.linspace(0, total - 1, num_samples).round().long() if num_samples else None
-    if not (num_samples and num_samples >= 1 and chunk_size >= 1 and batch_size >= 1):
-        raise ValueError("num_samples, chunk_size and batch_size must be positive")
-    was_training = model.training
-    model.eval()
-    try:
-        out = None  # filled in place: no per-chunk pieces kept between the chunks' large buffers
-        for start in range(0, num_samples, chunk_size):
-            n = min(chunk_size, num_samples - start)
-            part = None if index is None else index[start:start + n]
-            weights = draw_weights(model, posterior, x, n, part)
-            for name, mask in (keep or {}).items():
-                weights[name] = weights[name] * mask
-            for first, xb in zip(range(0, len(x), batch_size), x.split(batch_size)):
-                piece = model.likelihood.predictive(model.forward_with(weights, xb))
-                if out is None:
-                    out = piece.new_empty(num_samples, len(x), *piece.shape[2:])
-                out[start:start + n, first:first + len(xb)] = piece
-            del weights
-        return out
-    finally:
-        model.train(was_training)
+    positive_sizes(num_samples, chunk_size, batch_size)
+    return fill_predictions(x, network_chunks(model, posterior, x, num_samples, chunk_size, keep), num_samples,
+                            batch_size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import math
 import socket
 import sys
 import threading
@@ -35,7 +36,8 @@ from .ood import drawing, glyph, matplotlib_font
 
 PAGE = Path(__file__).with_name("serve_page.html")
 MAX_UPLOAD = 10 * 1024 * 1024  # bytes; a larger upload is refused before it is read whole
-MAX_SAMPLES = 1000
+BODY_TIMEOUT = 10  # seconds to send an upload whole; a slower one gets 408
+MAX_PAGE_SAMPLES = 1000  # per answer on the page: it answers while a person watches
 log = logging.getLogger("bnn_zoo.serve")
 
 SEVEN = [[(18, 22), (92, 22), (48, 98)], [(38, 60), (74, 60)]]
@@ -94,6 +96,7 @@ class Answerer:
                 trained = load(name, self.device)
                 if not isinstance(trained.model.likelihood, Categorical):
                     raise UserError(f"{name} is a regression run; the page classifies images")
+                trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
                 found = posteriors(trained)
                 self._models[name] = Model(name, trained, found["bayes"], found.get("twin"),
                                            CLASS_NAMES[trained.config.data.name])
@@ -110,8 +113,8 @@ class Answerer:
             knobs = {"threshold": certified["bayes"].threshold if threshold is None else threshold,
                      "quantile": certified["bayes"].quantile if quantile is None else quantile}
             samples = model.trained.config.abstention.samples if samples is None else samples
-            if not 1 <= samples <= MAX_SAMPLES:
-                raise BadRequest(f"samples must be a whole number from 1 to {MAX_SAMPLES}, got {samples}")
+            if not 1 <= samples <= MAX_PAGE_SAMPLES:
+                raise BadRequest(f"samples must be a whole number from 1 to {MAX_PAGE_SAMPLES}, got {samples}")
             try:
                 rules = {part: Rule(knobs["quantile"], knobs["threshold"], r.signal, r.cut)
                          for part, r in certified.items()}
@@ -171,12 +174,16 @@ def read_image(body: bytes) -> torch.Tensor:
         raise BadRequest(f"cannot use this file: {err}") from None
 
 
-def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD):
-    """The Starlette app: the page, the examples and the answers (JSON)."""
+def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str] | None = None,
+               body_timeout: float = BODY_TIMEOUT):
+    """The Starlette app: the page, the examples and the answers (JSON), to requests for ``hosts``
+    (default the loopback names) from no other site, whose uploads arrive within ``body_timeout`` s."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
+
+    from .serve_guard import LOOPBACK, middleware
 
     def _number(request: Request, key: str, kind=float):
         text = request.query_params.get(key)
@@ -207,14 +214,18 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD):
         name = request.query_params.get("model") or answerer.default
         knobs = {"threshold": _number(request, "threshold"), "quantile": _number(request, "quantile"),
                  "samples": _number(request, "samples", int)}
-        if request.query_params.get("example"):
-            pixels = example_pixels(request.query_params["example"])
-        else:
-            pixels = read_image(await _body(request, max_upload))
-        return JSONResponse(await _in_thread(lambda: answerer.answer(name, pixels, **knobs)))
+        example = request.query_params.get("example")
+        body = None if example else await _body(request, max_upload)
+
+        def work():  # decoding an upload takes a while too: in the thread pool, beside the answer
+            return answerer.answer(name, example_pixels(example) if example else read_image(body), **knobs)
+
+        return JSONResponse(await _in_thread(work))
 
     async def refused(request: Request, err: UserError):
-        return JSONResponse({"error": str(err)}, status_code=getattr(err, "status", 400))
+        status = getattr(err, "status", 400)
+        close = {"Connection": "close"} if status in (408, 413) else None  # the upload's rest is not read
+        return JSONResponse({"error": str(err)}, status_code=status, headers=close)
 
     async def failed(request: Request, err: Exception):
         log.exception("answering %s failed", request.url.path)
@@ -224,6 +235,7 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD):
     return Starlette(routes=[Route("/", page), Route("/api/models", models),
                              Route("/api/example/{name}.png", example),
                              Route("/api/answer", answer, methods=["POST"])],
+                     middleware=middleware(LOOPBACK if hosts is None else hosts, body_timeout),
                      exception_handlers={UserError: refused, Exception: failed})
 
 
@@ -260,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=_port, default=8000,
                         help="port (default 8000; 0: any free port)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
-    parser.add_argument("--max-upload-mb", type=float, default=MAX_UPLOAD / 2 ** 20,
+    parser.add_argument("--max-upload-mb", type=_megabytes, default=MAX_UPLOAD / 2 ** 20,
                         help=f"largest upload accepted (default {MAX_UPLOAD / 2 ** 20:g} MB)")
     args = parser.parse_args(argv)
     return cli.run(lambda: _serve(args))
@@ -273,14 +285,22 @@ def _port(text: str) -> int:
     return port
 
 
+def _megabytes(text: str) -> float:
+    try:
+        size = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of MB, got {text!r}") from None
+    if not (math.isfinite(size) and size > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of MB, got {text!r}")
+    return size
+
+
 def _serve(args) -> int:
     try:
-        import uvicorn
+        from .serve_guard import allowed_hosts, server
     except ImportError:
         raise UserError('the page needs the serve extra: pip install "bnn-zoo[serve]" '
                         '(pip install -e ".[serve]" in a checkout)') from None
-    if args.max_upload_mb <= 0:
-        raise UserError(f"--max-upload-mb must be positive, got {args.max_upload_mb}")
     answerer = Answerer(args.model, args.device)
     answerer.model(args.model)  # a bad name or run fails here, before the server starts
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
@@ -292,11 +312,10 @@ def _serve(args) -> int:
                         "choose another --port, or 0 for any free one") from None
     sock.listen(128)  # connections wait in the backlog until the server accepts: the address works once printed
     host, port = sock.getsockname()[:2]
-    app = create_app(answerer, int(args.max_upload_mb * 2 ** 20))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    app = create_app(answerer, int(args.max_upload_mb * 2 ** 20), allowed_hosts(args.host))
     print(f"bnn-zoo: {args.model} at http://{host if ':' not in host else f'[{host}]'}:{port}/ (Ctrl+C stops)",
           flush=True)
-    server.run(sockets=[sock])
+    server(app).run(sockets=[sock])
     return 0
 
 

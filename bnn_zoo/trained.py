@@ -17,7 +17,7 @@ from torch import nn
 from .abstention import Rule
 from .bnn import BayesianNet
 from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, HMC_SAMPLES, MEMBERS, PARTS, TWIN_CHECKPOINT,
-                         digest, read, save_atomic)
+                         digest, read, save_atomic, stored_config)
 from .config import make_config, pick_device
 from .errors import CheckpointError, ConfigError
 from .factory import build_from_config, twin_from_config
@@ -35,7 +35,7 @@ class Trained:
     epoch: int = 0
     samples: Optional[dict] = None  # HMC weight samples {site: [S, *shape]}, when infer=nuts
     # The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.ladder): certified
-    # on validation when the run holds calibration.json, else the seed's quantile rule, Rule().
+    # on validation when the run holds calibration.json, else the quantile rule, Rule().
     rules: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)  # calibration.json's content
     members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
@@ -50,7 +50,7 @@ class Trained:
         return self.model.device
 
     def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
-        """Each model's rule: the run's certified one (``calibrated``; the seed's rule where the run
+        """Each model's rule: the run's certified one (``calibrated``; the quantile rule where the run
         holds none; a CheckpointError where its calibration certified other weights) or the
         quantile rule with the given knobs (``quantile``)."""
         if rule == "calibrated":
@@ -156,7 +156,7 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
     """A Trained from a checkpoint's state (half-precision tensors of a shipped one made float)."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     try:
-        cfg = make_config(state["config"])
+        cfg = make_config(stored_config(state))
     except ConfigError as err:
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err}); train the run again") from None
     model, guide = build_from_config(cfg, state.get("num_data"), device)

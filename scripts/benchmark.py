@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 # zoo: the training step as python -m bnn_zoo.train runs it by default (TraceMeanField_ELBO, one
 # weight draw per minibatch); zoo_local: with model.reparam=local; zoo_trace: with train.elbo=trace.
@@ -93,7 +94,7 @@ def training_step(method: str, arch: str, device, batch_size: int):
     from bnn_zoo.factory import twin_from_config
     from bnn_zoo.config import load_config, resolved
     from bnn_zoo.loop import adam
-    from bnn_zoo.train import bayes_objective, without_validation
+    from bnn_zoo.phases import BayesPhase
     from bnn_zoo.zoo import architecture, make_net
 
     cfg = resolved(load_config(arch, [f"train.batch_size={batch_size}", *ZOO_VARIANTS.get(method, [])]))
@@ -105,8 +106,10 @@ def training_step(method: str, arch: str, device, batch_size: int):
         target = lambda n: torch.randn(n, device=device)  # noqa: E731
     batches = [(torch.randn(batch_size, *spec.input_shape, device=device), target(batch_size))
                for _ in range(8)]
+    stepping = nullcontext
     if method in ZOO_VARIANTS:
-        *_, optimizer, loss_fn = bayes_objective(cfg, num_data, device)
+        phase = BayesPhase(cfg, num_data, device)
+        optimizer, loss_fn, stepping = adam(phase.parameters(), cfg.train.lr), phase.loss, phase.stepping
     elif method == "twin":
         twin = twin_from_config(cfg, device)
         optimizer, loss_fn = adam(twin.parameters(), cfg.train.lr), twin.loss
@@ -124,7 +127,7 @@ def training_step(method: str, arch: str, device, batch_size: int):
         x, y = batches[state["i"] % len(batches)]
         state["i"] += 1
         optimizer.zero_grad(set_to_none=True)
-        with without_validation():  # as python -m bnn_zoo.train runs its steps
+        with stepping():  # as python -m bnn_zoo.train runs its steps
             loss_fn(x, y).backward()
         optimizer.step()
 
@@ -190,7 +193,7 @@ def gradient_variance(spec: dict) -> dict:
     from bnn_zoo.config import load_config, pick_device, resolved
     from bnn_zoo.data import load_torchvision, normalize
     from bnn_zoo.errors import DataError
-    from bnn_zoo.train import bayes_objective
+    from bnn_zoo.phases import BayesPhase
 
     device = pick_device(spec["device"])
     try:
@@ -204,7 +207,8 @@ def gradient_variance(spec: dict) -> dict:
         torch.manual_seed(0)
         cfg = resolved(load_config(spec["arch"], [f"model.reparam={reparam}",
                                                   f"model.init_scale={spec['posterior_sd']}"]))
-        _, guide, _, _, loss_fn = bayes_objective(cfg, 55000, device)
+        phase = BayesPhase(cfg, 55000, device)
+        guide, loss_fn = phase.guide, phase.loss
         grads = {"loc": [], "scale": []}
         for _ in range(spec["draws"]):
             guide.zero_grad()

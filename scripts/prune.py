@@ -37,8 +37,8 @@ def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshol
             probs = predict(trained.model, trained.guide, x, num_samples, keep=keep)
             ood = predict(trained.model, trained.guide, letters, num_samples, keep=keep)
             mnist = in_distribution(probs, labels, Rule(quantile, threshold))
-            rows[by].append({"pruned": level, "accuracy": mnist["accuracy"], "nll": mnist["nll"],
-                             "refused_mnist": mnist["refused"], "accuracy_accepted": mnist["accuracy_accepted"],
+            rows[by].append({"pruned": level, "accuracy": mnist.accuracy, "nll": mnist.nll,
+                             "refused_mnist": mnist.refused, "accuracy_accepted": mnist.accuracy_accepted,
                              "refused_notmnist": Rule(quantile, threshold)(ood).refused.float().mean().item()})
     result = {"run_dir": str(run_dir), "num_samples": num_samples, "quantile": quantile,
               "threshold": threshold, "test_size": len(labels), "ood_size": len(letters),

@@ -3,7 +3,7 @@
 table (markdown and JSON) and plots. In distribution: accuracy, NLL, ECE, refused, accuracy on
 accepted, AURC, risk at 95% and 99% coverage. Per OOD set (the far ones, and the near ones that
 bnn_zoo.ood builds from MNIST test digits and the machine's fonts): refused under the run's
-certified rule and under the seed's quantile rule, AUROC / AUPR / FPR95 by entropy and by mutual
+certified rule and under the quantile rule, AUROC / AUPR / FPR95 by entropy and by mutual
 information. Then the ladder: one row per posterior with its AUROC per set and its cost (training
 minutes, seconds and peak MB to predict the test set, numbers stored), and ladder.png.
 
@@ -12,24 +12,68 @@ Usage: python scripts/scoreboard.py mnist_mlp lenet lenet_fashion [--out scorebo
 """
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from bnn_zoo import cli, plots
-from bnn_zoo.checkpoint import MEMBERS, PARTS
+from bnn_zoo.checkpoint import MEMBERS
 from bnn_zoo.errors import ConfigError
+from bnn_zoo.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, evaluate_run
 from bnn_zoo.files import check_writable, make_folder, read_json, write_atomic
-from bnn_zoo.trained import load
-from bnn_zoo.evaluate import DEFAULT_OOD, evaluate_run
+from bnn_zoo.ladder import BAYES, HMC, TWIN
 from bnn_zoo.ood import NEAR, font_files
+from bnn_zoo.trained import load
 
-IN_DISTRIBUTION = [("accuracy", "accuracy"), ("nll", "NLL"), ("ece", "ECE"), ("refused", "refused"),
-                   ("accuracy_accepted", "acc. accepted"), ("aurc", "AURC"), ("risk_at_95", "risk @95%"),
-                   ("risk_at_99", "risk @99%")]
-PER_SET = [("refused", "refused"), ("refused_quantile_rule", "refused, seed's rule"), ("auroc", "AUROC H"),
-           ("aupr", "AUPR H"), ("fpr95", "FPR95 H"), ("auroc_mi", "AUROC MI"), ("aupr_mi", "AUPR MI"),
-           ("fpr95_mi", "FPR95 MI")]
+# (header, shown in percent, the figure): the in-distribution columns, then those per OOD set
+IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
+    ("accuracy", True, lambda t: t.accuracy), ("NLL", False, lambda t: t.nll), ("ECE", False, lambda t: t.ece),
+    ("refused", True, lambda t: t.refused), ("acc. accepted", True, lambda t: t.accuracy_accepted),
+    ("AURC", False, lambda t: t.aurc), ("risk @95%", False, lambda t: t.risk_at_95),
+    ("risk @99%", False, lambda t: t.risk_at_99)]
+PER_SET: list[tuple[str, bool, Callable[[OODResult], float | None]]] = [
+    ("refused", True, lambda o: o.refused), ("refused, quantile rule", True, lambda o: o.refused_by_quantile_rule),
+    ("AUROC H", False, lambda o: o.by_entropy.auroc), ("AUPR H", False, lambda o: o.by_entropy.aupr),
+    ("FPR95 H", False, lambda o: o.by_entropy.fpr95),
+    ("AUROC MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.auroc),
+    ("AUPR MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.aupr),
+    ("FPR95 MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.fpr95)]
 # Near sets for a FashionMNIST run: the ones that are not digits themselves.
 NEAR_FOR = {"mnist": NEAR, "fashion_mnist": ("letters", "constant", "scribbles", "blank")}
+
+
+@dataclass
+class ScoredRun:
+    """One run's evaluation on its far and near OOD sets, with each posterior's training seconds."""
+
+    evaluation: Evaluation
+    far: list[str]
+    near: list[str]  # the near sets measured (one the machine cannot build is skipped)
+    train_seconds: dict[str, float]  # per posterior; none for a shipped posterior
+    letter_fonts: list[str] | None = None  # the fonts the letters set was drawn in
+
+    @property
+    def sets(self) -> list[str]:
+        """The OOD sets measured, far then near."""
+        return [n for n in self.far + self.near if n not in self.evaluation.skipped]
+
+    def near_refused(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean refused over the near sets, None where there are none."""
+        return _mean([result.ood[n].refused for n in self.near])
+
+    def near_auroc(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean AUROC (``OODResult.best_auroc``) over the near sets."""
+        return _mean([result.ood[n].best_auroc for n in self.near])
+
+    def to_dict(self) -> dict:
+        near = {part: {"refused": self.near_refused(r), "auroc": self.near_auroc(r)}
+                for part, r in self.evaluation.posteriors.items()}
+        return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
+                "train_seconds": self.train_seconds, "near_means": near}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def ood_sets(run_dir: str) -> tuple[list[str], list[str]]:
@@ -39,27 +83,13 @@ def ood_sets(run_dir: str) -> tuple[list[str], list[str]]:
     return list(DEFAULT_OOD[data]), list(NEAR_FOR[data])
 
 
-def score(run_dir: str, samples: int, ood_size: int, near_size: int, **kwargs) -> dict:
+def score(run_dir: str, samples: int, ood_size: int, near_size: int, **kwargs) -> ScoredRun:
     far, near = ood_sets(run_dir)
     sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
-    result = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
-    result["far"], result["near"] = far, [n for n in near if n not in result["skipped"]]
-    if "letters" in result["near"]:  # the letters set is drawn in the machine's fonts
-        result["letter_fonts"] = [Path(f).name for f in font_files()]
-    for part, seconds in training_seconds(run_dir).items():
-        if part in result:
-            result[part]["cost/train_seconds"] = seconds
-    for part in PARTS:
-        if part in result and result["near"]:
-            r = result[part]
-            r["near/mean_refused"] = sum(r[f"ood/refused_{n}"] for n in result["near"]) / len(result["near"])
-            r["near/mean_auroc"] = sum(best_auroc(r, n) for n in result["near"]) / len(result["near"])
-    return result
-
-
-def best_auroc(row: dict, name: str) -> float:
-    """AUROC by mutual information where the posterior is sampled, else by entropy."""
-    return row.get(f"ood/auroc_mi_{name}", row[f"ood/auroc_{name}"])
+    evaluation = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
+    near = [n for n in near if n not in evaluation.skipped]
+    fonts = [Path(f).name for f in font_files()] if "letters" in near else None  # letters are drawn in them
+    return ScoredRun(evaluation, far, near, training_seconds(run_dir), fonts)
 
 
 def training_seconds(run_dir: str) -> dict[str, float]:
@@ -72,11 +102,11 @@ def training_seconds(run_dir: str) -> dict[str, float]:
     metrics = [read_json(path, "metrics file bnn-zoo wrote", fix) for path in paths]
     found = {}
     try:
-        for part in ("bayes", "twin"):
+        for part in (BAYES, TWIN):
             if metrics and part in metrics[0]:
                 found[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
-        if metrics and "hmc" in metrics[0]:
-            found["hmc"] = found.get("bayes", 0.0) + metrics[0]["hmc"]["seconds"]  # NUTS starts after SVI
+        if metrics and HMC in metrics[0]:
+            found[HMC] = found.get(BAYES, 0.0) + metrics[0][HMC]["seconds"]  # NUTS starts after SVI
     except (KeyError, TypeError, AttributeError) as err:
         raise ConfigError(f"{' or '.join(map(str, paths))} lacks the training times the scoreboard reads "
                           f"({err.__class__.__name__}: {err}); {fix}") from None
@@ -89,78 +119,77 @@ def _cell(value, percent: bool) -> str:
     return f"{100 * value:.2f}%" if percent else f"{value:.4f}"
 
 
-def markdown(results: dict[str, dict]) -> str:
-    lines = ["| run | model | rule | " + " | ".join(label for _, label in IN_DISTRIBUTION) + " | near-OOD refused (mean) |",
-             "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
-    for run, r in results.items():
-        for part in [p for p in PARTS if p in r]:
-            row, model = r[part], r[part]["posterior"]
-            rule = f"q>={row['rule/threshold']}" + (f", {'MI' if row['rule/signal'] == 'mutual_information' else 'H'}"
-                                                    f"<={row['rule/cut']:.3g}" if row["rule/signal"] else "")
-            cells = [_cell(row[f"test/{k}"], k in ("accuracy", "refused", "accuracy_accepted")) for k, _ in IN_DISTRIBUTION]
-            lines.append(f"| {run} | {model} | {rule} | " + " | ".join(cells) +
-                         f" | {_cell(row.get('near/mean_refused'), True)} |")
-    for run, r in results.items():
-        fonts = f" (letters drawn in {len(r['letter_fonts'])} fonts)" if "letter_fonts" in r else ""
-        lines += ["", f"**{run}**: out-of-distribution sets against its test set{fonts}", "",
-                  "| set | model | " + " | ".join(label for _, label in PER_SET) + " |",
+def markdown(runs: dict[str, ScoredRun]) -> str:
+    lines = ["| run | model | rule | " + " | ".join(header for header, _, _ in IN_DISTRIBUTION) +
+             " | near-OOD refused (mean) |", "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
+    for name, run in runs.items():
+        for r in run.evaluation.posteriors.values():
+            rule = f"q>={r.rule.threshold}" + (f", {'MI' if r.rule.signal == 'mutual_information' else 'H'}"
+                                               f"<={r.rule.cut:.3g}" if r.rule.signal else "")
+            cells = [_cell(figure(r.test), percent) for _, percent, figure in IN_DISTRIBUTION]
+            lines.append(f"| {name} | {r.posterior} | {rule} | " + " | ".join(cells) +
+                         f" | {_cell(run.near_refused(r), True)} |")
+    for name, run in runs.items():
+        fonts = f" (letters drawn in {len(run.letter_fonts)} fonts)" if run.letter_fonts else ""
+        lines += ["", f"**{name}**: out-of-distribution sets against its test set{fonts}", "",
+                  "| set | model | " + " | ".join(header for header, _, _ in PER_SET) + " |",
                   "|" + " --- |" * (len(PER_SET) + 2)]
-        for name in r["far"] + r["near"]:
-            if name in r["skipped"]:
-                continue
-            for part in [p for p in PARTS if p in r]:
-                lines.append(f"| {name}{' (near)' if name in r['near'] else ''} | {r[part]['posterior']} | " + " | ".join(
-                    _cell(r[part].get(f"ood/{k}_{name}"), k.startswith("refused")) for k, _ in PER_SET) + " |")
-    return "\n".join(lines + ["", ladder_table(results)])
+        for ood in run.sets:
+            for r in run.evaluation.posteriors.values():
+                lines.append(f"| {ood}{' (near)' if ood in run.near else ''} | {r.posterior} | " + " | ".join(
+                    _cell(figure(r.ood[ood]), percent) for _, percent, figure in PER_SET) + " |")
+    return "\n".join(lines + ["", ladder_table(runs)])
 
 
-def ladder_rows(results: dict[str, dict]) -> dict[str, tuple[dict, dict]]:
-    """{"run: posterior": (the run's result, the posterior's row)} over every run and posterior."""
-    return {f"{Path(run).name}: {r[part]['posterior']}": (r, r[part])
-            for run, r in results.items() for part in PARTS if part in r}
+def ladder_rows(runs: dict[str, ScoredRun]) -> dict[str, tuple[ScoredRun, str, PosteriorResult]]:
+    """{"run: posterior": (the run, the posterior's name, its result)} over every run and posterior."""
+    return {f"{Path(name).name}: {r.posterior}": (run, part, r)
+            for name, run in runs.items() for part, r in run.evaluation.posteriors.items()}
 
 
-def ladder_table(results: dict[str, dict]) -> str:
+def all_sets(runs: dict[str, ScoredRun]) -> list[str]:
+    return list(dict.fromkeys(n for run in runs.values() for n in run.sets))
+
+
+def ladder_table(runs: dict[str, ScoredRun]) -> str:
     """The ladder: per posterior, accuracy, NLL, AUROC per OOD set (mutual information where it is
     sampled, else entropy), the mean over the near sets, and the cost columns."""
-    sets = list(dict.fromkeys(n for r in results.values() for n in r["far"] + r["near"] if n not in r["skipped"]))
+    sets = all_sets(runs)
     lines = ["| posterior | accuracy | NLL | " + " | ".join(f"AUROC {n}" for n in sets) +
              " | near AUROC (mean) | training min | predict s | predict MB | numbers stored |",
              "|" + " --- |" * (len(sets) + 8)]
-    for label, (r, row) in ladder_rows(results).items():
-        aurocs = [_cell(best_auroc(row, n), False) if f"ood/auroc_{n}" in row else "" for n in sets]
-        minutes = row.get("cost/train_seconds")
-        mb = row["cost/predict_peak_mb"]
-        lines.append(f"| {label} | {_cell(row['test/accuracy'], True)} | {row['test/nll']:.4f} | " + " | ".join(aurocs) +
-                     f" | {_cell(row.get('near/mean_auroc'), False)} | {'n/a' if minutes is None else f'{minutes / 60:.1f}'}"
-                     f" | {row['cost/predict_seconds']:.1f} | {'n/a' if mb is None else f'{mb:.0f}'} | {row['cost/parameters']:,} |")
+    for label, (run, part, r) in ladder_rows(runs).items():
+        aurocs = [_cell(r.ood[n].best_auroc, False) if n in r.ood else "" for n in sets]
+        seconds, mb = run.train_seconds.get(part), r.cost.predict_peak_mb
+        lines.append(f"| {label} | {_cell(r.test.accuracy, True)} | {r.test.nll:.4f} | " + " | ".join(aurocs) +
+                     f" | {_cell(run.near_auroc(r), False)}"
+                     f" | {'n/a' if seconds is None else f'{seconds / 60:.1f}'} | {r.cost.predict_seconds:.1f}"
+                     f" | {'n/a' if mb is None else f'{mb:.0f}'} | {r.cost.parameters:,} |")
     return "\n".join(lines)
 
 
-def plot_ladder(results: dict[str, dict], out: Path) -> None:
-    sets = list(dict.fromkeys(n for r in results.values() for n in r["far"] + r["near"] if n not in r["skipped"]))
-    rows = {}
-    for label, (r, row) in ladder_rows(results).items():
-        shown = [n for n in sets if f"ood/refused_{n}" in row]
-        rows[label] = {"auroc": {n: best_auroc(row, n) for n in shown},
-                       "risk": 1 - row["test/accuracy_accepted"],
-                       "refused": sum(row[f"ood/refused_{n}"] for n in shown) / max(1, len(shown))}
+def plot_ladder(runs: dict[str, ScoredRun], out: Path) -> None:
+    sets, rows = all_sets(runs), {}
+    for label, (_, _, r) in ladder_rows(runs).items():
+        shown = [n for n in sets if n in r.ood]
+        rows[label] = {"auroc": {n: r.ood[n].best_auroc for n in shown}, "risk": 1 - r.test.accuracy_accepted,
+                       "refused": sum(r.ood[n].refused for n in shown) / max(1, len(shown))}
     plots.ladder(rows, sets, out / "ladder.png")
 
 
-def plot(results: dict[str, dict], out: Path) -> None:
-    for run, r in results.items():
-        sets = [n for n in r["far"] + r["near"] if n not in r["skipped"]]
-        rows = {"Bayesian, certified rule": {}, "Bayesian, seed's rule": {}, "twin, certified rule": {}}
-        for name in sets:
-            b = r["bayes"]
-            rows["Bayesian, certified rule"][name] = {"refused": b[f"ood/refused_{name}"],
-                                                      "auroc": max(b[f"ood/auroc_{name}"], b[f"ood/auroc_mi_{name}"])}
-            rows["Bayesian, seed's rule"][name] = {"refused": b[f"ood/refused_quantile_rule_{name}"]}
-            if "twin" in r:
-                rows["twin, certified rule"][name] = {"refused": r["twin"][f"ood/refused_{name}"],
-                                                      "auroc": r["twin"][f"ood/auroc_{name}"]}
-        plots.scoreboard(rows, sets, out / f"scoreboard_{Path(run).name}.png")
+def plot(runs: dict[str, ScoredRun], out: Path) -> None:
+    for name, run in runs.items():
+        found = run.evaluation.posteriors
+        rows = {"Bayesian, certified rule": {}, "Bayesian, quantile rule": {}, "twin, certified rule": {}}
+        for ood in run.sets:
+            bayes = found[BAYES].ood[ood]
+            rows["Bayesian, certified rule"][ood] = {"refused": bayes.refused, "auroc": max(
+                d.auroc for d in (bayes.by_entropy, bayes.by_mutual_information) if d)}
+            rows["Bayesian, quantile rule"][ood] = {"refused": bayes.refused_by_quantile_rule}
+            if TWIN in found:
+                twin = found[TWIN].ood[ood]
+                rows["twin, certified rule"][ood] = {"refused": twin.refused, "auroc": twin.by_entropy.auroc}
+        plots.scoreboard(rows, run.sets, out / f"scoreboard_{Path(name).name}.png")
 
 
 def main(argv=None) -> int:
@@ -179,14 +208,14 @@ def main(argv=None) -> int:
         check_writable(make_folder(out))  # before the work, not after
         for run in args.runs:
             training_seconds(run)  # a damaged metrics.json is named now, not after the evaluation
-        results = {run: score(run, args.samples, args.ood_size, args.near_size, seed=args.seed,
-                              test_size=args.test_size, data_root=args.data_root, device=args.device)
-                   for run in args.runs}
-        write_atomic(out / "scoreboard.json", json.dumps(results, indent=2))
-        table = markdown(results)
+        runs = {run: score(run, args.samples, args.ood_size, args.near_size, seed=args.seed,
+                           test_size=args.test_size, data_root=args.data_root, device=args.device)
+                for run in args.runs}
+        write_atomic(out / "scoreboard.json", json.dumps({name: run.to_dict() for name, run in runs.items()}, indent=2))
+        table = markdown(runs)
         write_atomic(out / "scoreboard.md", table + "\n")
-        plot(results, out)
-        plot_ladder(results, out)
+        plot(runs, out)
+        plot_ladder(runs, out)
         print(table)
         return 0
 

@@ -12,13 +12,15 @@ import pyro
 from bnn_zoo import cli
 from bnn_zoo.trained import load, ship
 from bnn_zoo.data import normalize
-from bnn_zoo.evaluate import in_distribution, load_for_evaluation
+from bnn_zoo.evaluate import InDistribution, in_distribution, load_for_evaluation
 from bnn_zoo.ladder import sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)
-def compare(run_dir: str, name: str, samples: int, test_size: int | None, seed: int = 0) -> dict:
-    """Test figures of the run and of its shipped copy, on the same posterior draws' seed."""
+def compare(run_dir: str, name: str, samples: int, test_size: int | None,
+            seed: int = 0) -> dict[str, dict[str, InDistribution]]:
+    """Test figures of the run and of its shipped copy ({"run" or "shipped": {posterior: figures}}),
+    on the same posterior draws' seed."""
     trained, _, images, labels = load_for_evaluation(run_dir, "cpu", None, test_size, seed)
     x = normalize(images)
     figures = {}
@@ -42,9 +44,11 @@ def main(argv=None) -> int:
             print(f"{path}: {path.stat().st_size / 2 ** 20:.2f} MiB")
         found = compare(args.run_dir, args.name, args.samples, args.test_size, args.seed)
         for part in found["run"]:
-            for key in ("accuracy", "nll", "refused", "accuracy_accepted"):
-                a, b = found["run"][part][key], found["shipped"][part][key]
-                print(f"{part} {key}: run {a:.4f}, shipped {b:.4f}, difference {b - a:+.4f}")
+            run, shipped = found["run"][part], found["shipped"][part]
+            for name, a, b in (("accuracy", run.accuracy, shipped.accuracy), ("nll", run.nll, shipped.nll),
+                               ("refused", run.refused, shipped.refused),
+                               ("accuracy_accepted", run.accuracy_accepted, shipped.accuracy_accepted)):
+                print(f"{part} {name}: run {a:.4f}, shipped {b:.4f}, difference {b - a:+.4f}")
         return 0
 
     return cli.run(command)

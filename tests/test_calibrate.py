@@ -32,7 +32,7 @@ def test_training_certifies_at_its_end_and_says_so(tiny_run):
     found = json.loads((tiny_run / CALIBRATION).read_text())
     metrics = json.loads((tiny_run / "metrics.json").read_text())
     assert metrics["calibration"] == found
-    # 128 validation images cannot certify the default risk of 0.5%: the seed's rule stays, and the
+    # 128 validation images cannot certify the default risk of 0.5%: the quantile rule stays, and the
     # file says why
     assert "higher risk or delta" in found["bayes"]["error"]
     assert load(tiny_run).rules["bayes"].cut == math.inf

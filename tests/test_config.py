@@ -8,6 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bnn_zoo.checkpoint import stored_config
 from bnn_zoo.config import Config, config_names, load_config, make_config, pick_device, resolved
 from bnn_zoo.errors import ConfigError
 
@@ -242,13 +243,11 @@ def test_every_member_s_seed_must_be_below_2_to_the_32():
     assert make_config(None, ["seed=4294967294", "train.members=2"]).seed == 4294967294
 
 
-@pytest.mark.parametrize("overrides, expected", [
-    (["train.members=2", "train.member=1"], ("bad config key 'train.member': set by training for an ensemble's "
-                                             "members; leave it out (got member 1 of members 2)")),
-    (["train.member=-1"], "bad config key 'train.member': must be a whole number from 0 to 1000000000, got -1"),
-])
-def test_member_is_for_training_to_set(overrides, expected):
-    assert message(overrides) == expected
+def test_an_ensemble_member_s_index_is_no_config_key():
+    """Members are indexed by their place (RUN_DIR/members/N); configs stored with the index load."""
+    assert message(["train.member=1"]) == "bad config key 'train.member': Key 'member' not in 'TrainConfig'. Did you mean: 'members'?"
+    stored = {"config": {"arch": "toy_mlp", "train": {"members": 1, "member": 2}}}
+    assert make_config(stored_config(stored)).train.members == 1
 
 
 def numeric_keys(cls=Config, prefix="", kinds=(int, float)):

@@ -1,9 +1,11 @@
+import inspect
+
 import pyro
 import pyro.poutine as poutine
 import pytest
 import torch
 from conftest import SMALL, ZOO, example_batch
-from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
+from pyro.infer import ELBO, SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from bnn_zoo import build, make_prior
 from bnn_zoo.elbo import SplitELBO
@@ -18,6 +20,11 @@ def _loss_and_grads(elbo, model, guide, x, y, seed=5):
     return loss.detach(), [p.grad.clone() for p in guide.parameters()]
 
 
+def _parts(elbo, model, guide, x, y, seed=5):
+    pyro.set_rng_seed(seed)
+    return elbo.loss_and_parts(model, guide, x, y)
+
+
 def _same(ours, pyros):
     (loss, grads), (ref, ref_grads) = ours, pyros
     assert torch.allclose(loss, ref, rtol=1e-5)
@@ -29,22 +36,21 @@ def _same(ours, pyros):
 @pytest.mark.parametrize("arch", ZOO)
 def test_split_elbo_is_pyros_estimator(arch, kind):
     """On the same draws: closed-form KL gives TraceMeanField_ELBO's loss and gradients, Monte
-    Carlo KL gives Trace_ELBO's; the two logged parts add up to the loss."""
+    Carlo KL gives Trace_ELBO's; the two returned parts, detached, add up to the loss."""
     model, guide = build(arch, num_data=500, hidden=SMALL[arch], prior=make_prior(kind))
     x, y = example_batch(arch)
     guide(x, y)
     for ours, pyros in ((SplitELBO(), TraceMeanField_ELBO()), (SplitELBO(closed_form_kl=False), Trace_ELBO())):
         _same(_loss_and_grads(ours, model, guide, x, y), _loss_and_grads(pyros, model, guide, x, y))
-        parts = ours.last_parts
-        assert torch.allclose(parts["data_fit"] + parts["kl"], _loss_and_grads(ours, model, guide, x, y)[0])
+        loss, parts = _parts(ours, model, guide, x, y)
+        assert loss.requires_grad and not parts.data_fit.requires_grad and not parts.kl.requires_grad
+        assert torch.allclose(parts.data_fit + parts.kl, _loss_and_grads(ours, model, guide, x, y)[0])
     # the data fit is minus the scaled log-likelihood at the guide's draw
-    pyro.set_rng_seed(9)
-    elbo = SplitELBO()
-    elbo.differentiable_loss(model, guide, x, y)
+    _, parts = _parts(SplitELBO(), model, guide, x, y, seed=9)
     pyro.set_rng_seed(9)
     replayed = poutine.trace(poutine.replay(model, trace=poutine.trace(guide).get_trace(x, y))).get_trace(x, y)
     expected = -(500 / 8) * replayed.nodes["obs"]["fn"].log_prob(y).sum()
-    assert elbo.last_parts["data_fit"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert parts.data_fit.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 @pytest.mark.parametrize("arch", ZOO)
@@ -55,9 +61,10 @@ def test_kl_weight_scales_the_kl_and_nothing_else(arch):
     plain, tempered = SplitELBO(), SplitELBO(kl_weight=0.25)
     full, full_grads = _loss_and_grads(plain, model, guide, x, y)
     cold, cold_grads = _loss_and_grads(tempered, model, guide, x, y)
-    assert torch.equal(tempered.last_parts["kl"], plain.last_parts["kl"])  # logged unweighted
-    assert cold.item() == pytest.approx((plain.last_parts["data_fit"] + 0.25 * plain.last_parts["kl"]).item(), rel=1e-6)
-    assert cold.item() < full.item() - 0.5 * plain.last_parts["kl"].item()
+    _, parts = _parts(plain, model, guide, x, y)
+    assert torch.equal(_parts(tempered, model, guide, x, y)[1].kl, parts.kl)  # returned unweighted
+    assert cold.item() == pytest.approx((parts.data_fit + 0.25 * parts.kl).item(), rel=1e-6)
+    assert cold.item() < full.item() - 0.5 * parts.kl.item()
     assert not all(torch.allclose(a, b) for a, b in zip(full_grads, cold_grads))
     with pytest.raises(ValueError, match="kl_weight must be a positive finite number, got 0"):
         SplitELBO(kl_weight=0)
@@ -88,7 +95,60 @@ def test_split_elbo_trains_with_svi_and_num_particles():
     losses = [svi.step(x, y) for _ in range(150)]
     assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
     pyro.set_rng_seed(1)
-    single = SplitELBO().loss(model, guide, x, y)
+    pair = SplitELBO(num_particles=2).loss(model, guide, x, y)
     pyro.set_rng_seed(1)
-    first = SplitELBO(num_particles=2).particle(model, guide, (x, y), {})
-    assert single == pytest.approx(sum(first).item(), rel=1e-6)  # particle 1 of 2 is the single draw
+    singles = [SplitELBO().loss(model, guide, x, y) for _ in range(2)]
+    assert pair == pytest.approx(sum(singles) / 2, rel=1e-6)  # the mean of the particles, drawn in turn
+
+
+def _replaying(guide, x, weights: dict, i: int):
+    """The guide with its draws replaced by particle ``i`` of vectorized ``weights`` [N, 1, *shape]."""
+    trace = poutine.trace(guide).get_trace(x)
+    for name, w in weights.items():
+        trace.nodes[name]["value"] = w[i, 0]
+    return poutine.replay(guide, trace=trace)
+
+
+@pytest.mark.parametrize("closed_form_kl", [True, False])
+@pytest.mark.parametrize("arch", ["mnist_mlp", "lenet"])
+def test_vectorized_particles_are_the_mean_of_single_particles(arch, closed_form_kl):
+    """vectorize_particles=True draws all particles in one guide call, in a plate left of the data
+    plate, and its loss and parts are the mean of the single-particle ones at those draws."""
+    model, guide = build(arch, num_data=500, hidden=SMALL[arch], init_scale=0.1)
+    x, y = example_batch(arch)
+    calls = []
+
+    def recorded(*args):
+        calls.append(guide(*args))
+        return calls[-1]
+
+    elbo = SplitELBO(num_particles=4, vectorize_particles=True, closed_form_kl=closed_form_kl)
+    loss, parts = elbo.loss_and_parts(model, recorded, x, y)
+    assert len(calls) == 2 and elbo.max_plate_nesting == 2  # Pyro's one guess of the plates, then one pass
+    weights = calls[-1]
+    assert {n: w.shape for n, w in weights.items()} == {f"net.{n}": (4, 1, *s) for n, s in model.weight_shapes.items()}
+    singles = [SplitELBO(closed_form_kl=closed_form_kl).loss_and_parts(model, _replaying(guide, x, weights, i), x, y)
+               for i in range(4)]
+    assert torch.allclose(loss, torch.stack([s[0] for s in singles]).mean(), rtol=1e-5)
+    assert torch.allclose(parts.data_fit, torch.stack([s[1].data_fit for s in singles]).mean(), rtol=1e-5)
+    assert torch.allclose(parts.kl, torch.stack([s[1].kl for s in singles]).mean(), rtol=1e-5)
+    assert len({s[1].data_fit.item() for s in singles}) == 4  # four different draws
+
+
+def test_max_plate_nesting_is_honoured():
+    """Validation checks every site against max_plate_nesting, as Pyro's ELBOs do."""
+    model, guide = build("toy_mlp", num_data=20, hidden=[4])
+    x, y = torch.linspace(-1, 1, 5).unsqueeze(-1), torch.zeros(5)
+    with pyro.validation_enabled(True):
+        assert SplitELBO(max_plate_nesting=1).loss(model, guide, x, y) > 0  # the data plate
+        with pytest.raises(ValueError, match='at site "obs", plate stack overflow'):
+            SplitELBO(max_plate_nesting=0).loss(model, guide, x, y)
+
+
+def test_the_pyro_internals_split_elbo_builds_on():
+    """pyro.infer.ELBO's hooks SplitELBO uses (hence pyro-ppl < 1.10 in pyproject.toml): it
+    implements the abstract ``_get_trace(model, guide, args, kwargs)`` and iterates
+    ``_get_traces(model, guide, args, kwargs)``. A Pyro release that changes them fails here."""
+    assert "_get_trace" in ELBO.__abstractmethods__
+    for hook in (ELBO._get_trace, ELBO._get_traces):
+        assert list(inspect.signature(hook).parameters) == ["self", "model", "guide", "args", "kwargs"]

@@ -1,13 +1,15 @@
 import json
+from dataclasses import fields
 
 import pyro
 import pytest
 from conftest import DEVICE, tiny_config
 
 from bnn_zoo import load, predict
-from bnn_zoo.abstention import abstain, uncertainty
+from bnn_zoo.abstention import Rule, abstain, uncertainty
 from bnn_zoo.data import load_notmnist, load_torchvision, normalize
-from bnn_zoo.evaluate import main
+from bnn_zoo.evaluate import Cost, Evaluation, InDistribution, main
+from bnn_zoo.ladder import BAYES, TWIN
 from bnn_zoo.metrics import detection
 
 
@@ -16,13 +18,26 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
             "--ood-size", "100"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "ood/auroc_notmnist" in printed and "bayes" in printed and "twin" in printed
-    results = json.loads((tiny_run / "eval.json").read_text())
-    for key in ("test/accuracy", "test/nll", "test/ece", "test/refused", "test/accuracy_accepted",
-                "test/multiple", "ood/refused_notmnist", "ood/entropy_noise", "ood/auroc_notmnist",
-                "ood/aupr_mi_noise", "ood/fpr95_notmnist"):
-        assert key in results["bayes"], key
-    assert "ood/auroc_notmnist" in results["twin"] and "ood/auroc_mi_notmnist" not in results["twin"]
+    written = json.loads((tiny_run / "eval.json").read_text())
+    results = Evaluation.from_dict(written)
+    assert results.to_dict() == written and list(results.posteriors) == [BAYES, TWIN]
+    bayes, twin = results.posteriors[BAYES], results.posteriors[TWIN]
+    assert set(bayes.ood) == {"notmnist", "noise"} and bayes.ood["noise"].by_mutual_information is not None
+    assert twin.ood["notmnist"].by_mutual_information is None  # one deterministic softmax: no MI
+    assert twin.ood["notmnist"].best_auroc == twin.ood["notmnist"].by_entropy.auroc
+    assert bayes.ood["notmnist"].best_auroc == bayes.ood["notmnist"].by_mutual_information.auroc
+    # the table prints every figure of the file, a row each, a column per posterior
+    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()[1:]}
+    assert printed.splitlines()[0].split() == ["metric", BAYES, TWIN]
+    assert rows["test/ece"] == [f"{bayes.test.ece:.4f}", f"{twin.test.ece:.4f}"]
+    assert rows["ood/noise/mean_entropy"] == [f"{bayes.ood['noise'].mean_entropy:.4f}", f"{twin.ood['noise'].mean_entropy:.4f}"]
+    assert rows["ood/notmnist/by_mutual_information/fpr95"] == [f"{bayes.ood['notmnist'].by_mutual_information.fpr95:.4f}", "n/a"]
+    assert rows["cost/parameters"] == [str(bayes.cost.parameters), str(twin.cost.parameters)]
+    per_set = ["refused", "refused_by_quantile_rule", "mean_entropy",
+               *(f"{by}/{m}" for by in ("by_entropy", "by_mutual_information") for m in ("auroc", "aupr", "fpr95"))]
+    figures = [*(f"test/{f.name}" for f in fields(InDistribution)), *(f"cost/{f.name}" for f in fields(Cost)),
+               *(f"rule/{f.name}" for f in fields(Rule)), *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
+    assert len(figures) == 10 + 3 + 4 + 2 * 9 and set(figures) <= set(rows)
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -30,42 +45,42 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     in_probs = predict(trained.model, trained.guide, normalize(images[:200]).to(DEVICE), 4)
     ood_probs = predict(trained.model, trained.guide, normalize(load_notmnist(str(shared_data))[:100]).to(DEVICE), 4)
     accuracy = (in_probs.mean(0).argmax(1).cpu() == labels[:200]).float().mean().item()
-    assert results["bayes"]["test/accuracy"] == pytest.approx(accuracy)
+    assert bayes.test.accuracy == pytest.approx(accuracy)
     auroc = detection(uncertainty(in_probs)["entropy"], uncertainty(ood_probs)["entropy"])["auroc"]
-    assert results["bayes"]["ood/auroc_notmnist"] == pytest.approx(auroc)
-    assert results["bayes"]["ood/refused_notmnist"] == pytest.approx(abstain(ood_probs).refused.float().mean().item())
+    assert bayes.ood["notmnist"].by_entropy.auroc == pytest.approx(auroc)
+    assert bayes.ood["notmnist"].refused == pytest.approx(abstain(ood_probs).refused.float().mean().item())
+    assert bayes.ood["notmnist"].mean_entropy == pytest.approx(uncertainty(ood_probs)["entropy"].mean().item())
     main(args)
-    again = json.loads((tiny_run / "eval.json").read_text())["bayes"]
-    figures = lambda r: {k: v for k, v in r.items() if not k.startswith("cost/predict_")}  # noqa: E731 (timings)
-    assert figures(again) == figures(results["bayes"])  # seeded
-    assert results["bayes"]["cost/predict_seconds"] > 0 and results["bayes"]["cost/parameters"] == 2 * (784 * 32 + 32 + 330)
+    again = Evaluation.from_dict(json.loads((tiny_run / "eval.json").read_text())).posteriors[BAYES]
+    assert (again.test, again.ood) == (bayes.test, bayes.ood)  # seeded (the timings differ)
+    assert bayes.cost.predict_seconds > 0 and bayes.cost.parameters == 2 * (784 * 32 + 32 + 330)
 
 
 def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_path):
     out = tmp_path / "eval.json"
     assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "constant",
                  "--ood-size", "60", "--output", str(out)]) == 0
-    results = json.loads(out.read_text())
+    results = Evaluation.from_dict(json.loads(out.read_text())).posteriors
     trained = load(certified_run, DEVICE)
-    rule = trained.rules["bayes"]
+    rule = trained.rules[BAYES]
     assert rule.signal == "mutual_information"
-    assert results["bayes"]["rule/cut"] == rule.cut and results["bayes"]["rule/threshold"] == rule.threshold
-    assert results["twin"]["rule/signal"] == "entropy"
+    assert results[BAYES].rule == rule
+    assert results[TWIN].rule.signal == "entropy"
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     pyro.set_rng_seed(0)
     probs = predict(trained.model, trained.guide, normalize(images[:300]).to(DEVICE), 4)
     decision = rule(probs)
-    assert results["bayes"]["test/refused"] == pytest.approx(decision.refused.float().mean().item())
-    assert results["bayes"]["test/refused_by_gate"] == pytest.approx(decision.refused_by_gate.float().mean().item())
-    assert results["bayes"]["test/refused_by_gate"] > 0  # the gate is at work, not only the threshold
-    # the seed's rule is reported beside it, and refuses no more than the rule with the gate
+    assert results[BAYES].test.refused == pytest.approx(decision.refused.float().mean().item())
+    assert results[BAYES].test.refused_by_gate == pytest.approx(decision.refused_by_gate.float().mean().item())
+    assert results[BAYES].test.refused_by_gate > 0  # the gate is at work, not only the threshold
+    # the quantile rule is reported beside it, and refuses no more than the rule with the gate
     for name in ("noise", "constant"):
-        assert results["bayes"][f"ood/refused_quantile_rule_{name}"] <= results["bayes"][f"ood/refused_{name}"]
+        assert results[BAYES].ood[name].refused_by_quantile_rule <= results[BAYES].ood[name].refused
     assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "--ood-size", "60",
                  "--rule", "quantile", "--threshold", "0.5", "--output", str(tmp_path / "q.json")]) == 0
-    quantile = json.loads((tmp_path / "q.json").read_text())
-    assert quantile["bayes"]["rule/threshold"] == 0.5 and quantile["bayes"]["rule/signal"] is None
-    assert quantile["bayes"]["test/refused_by_gate"] == 0
+    quantile = Evaluation.from_dict(json.loads((tmp_path / "q.json").read_text()))
+    assert quantile.rule == "quantile" and quantile.posteriors[BAYES].rule == Rule(0.5, 0.5)
+    assert quantile.posteriors[BAYES].test.refused_by_gate == 0
 
 
 def test_evaluate_rejects_a_toy_run(tmp_path, capsys):

@@ -12,6 +12,9 @@ from bnn_zoo.cost import Cost
 from bnn_zoo.data import load_splits
 from bnn_zoo.errors import ConfigError
 from bnn_zoo.ladder import (
+    BAYES,
+    HMC,
+    TWIN,
     DropoutPosterior,
     Mixture,
     PointPosterior,
@@ -123,21 +126,21 @@ def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(
     trained = load(run_dir)
     assert len(trained.members) == 1
     other = trained.members[0]
-    assert other.config.train.member == 1 and other.config.seed == trained.config.seed
+    assert other.config.seed == trained.config.seed and other.config.train.members == 1
     first = trained.guide.state_dict()
     assert not any(torch.equal(v, other.guide.state_dict()[k]) for k, v in first.items() if "loc" in k)
     found = posteriors(trained)
-    assert found["bayes"].label == "ensemble of 2 mean-field VI"
-    assert found["twin"].label == "deep ensemble of 2 MC dropout (p = 0.25)"
-    assert [m.guide for m in found["bayes"].members] == [trained.guide, other.guide]
-    assert metrics["ensemble"]["bayes"]["label"] == found["bayes"].label
-    assert len(metrics["members"]) == 1 and "test/nll" in metrics["members"][0]["bayes"]
+    assert found[BAYES].label == "ensemble of 2 mean-field VI"
+    assert found[TWIN].label == "deep ensemble of 2 MC dropout (p = 0.25)"
+    assert [m.guide for m in found[BAYES].members] == [trained.guide, other.guide]
+    assert metrics["ensemble"][BAYES]["label"] == found[BAYES].label
+    assert len(metrics["members"]) == 1 and "test/nll" in metrics["members"][0][BAYES]
     # every member fits the same data (the toy set is drawn from the run's seed, not the member's)
     assert torch.equal(load_splits(other.config).train.x, load_splits(trained.config).train.x)
     if arch != "toy_mlp":  # the rules are certified for the mixtures: 4 guide samples, 2 x 4 MC dropout ones
         calibration = json.loads((run_dir / CALIBRATION).read_text())
-        assert calibration["bayes"]["samples"] == 4 and calibration["twin"]["samples"] == 4
-        assert calibration["twin"]["rule"]["signal"] == "mutual_information"  # MC dropout is sampled
+        assert calibration[BAYES]["samples"] == 4 and calibration[TWIN]["samples"] == 4
+        assert calibration[TWIN]["rule"]["signal"] == "mutual_information"  # MC dropout is sampled
 
 
 def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
@@ -148,7 +151,7 @@ def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tm
     again = member()  # finished: not trained again
     assert again["epoch"] == kept["epoch"] and all(torch.equal(v, again["guide"][k]) for k, v in kept["guide"].items())
     assert len(load(tmp_path).members) == 2
-    assert posteriors(load(tmp_path))["bayes"].label == "ensemble of 3 mean-field VI"
+    assert posteriors(load(tmp_path))[BAYES].label == "ensemble of 3 mean-field VI"
     train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False, "train.members": 1, "overwrite": True}))
     assert not (tmp_path / MEMBERS).exists() and load(tmp_path).members == []
 
@@ -168,7 +171,7 @@ def test_ensemble_and_dropout_settings_are_checked():
             config_for_run("mnist_mlp", bad)
 
 
-@pytest.mark.parametrize("part", ["bayes", "twin"])
+@pytest.mark.parametrize("part", [BAYES, TWIN])
 def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensembles, tmp_path, capsys):
     """The command line's answer is the certified rule applied to that posterior's draws."""
     from PIL import Image
@@ -189,7 +192,7 @@ def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensemb
     pyro.set_rng_seed(0)
     probs = posteriors(trained)[part].predict(normalize(torch.stack([load_image(f) for f in files])), 6)
     decision = trained.rules[part](probs)
-    assert len(probs) == (6 if part == "bayes" else 2 * 3)  # MC dropout: 3 draws from each of 2 twins
+    assert len(probs) == (6 if part == BAYES else 2 * 3)  # MC dropout: 3 draws from each of 2 twins
     assert [a["answer"] for a in answers] == [None if r else int(p) for r, p in
                                              zip(decision.refused, decision.prediction)]
 
@@ -198,7 +201,7 @@ def test_predict_names_the_posteriors_a_run_holds(ensembles, capsys):
     from bnn_zoo.predict import main
 
     run_dir, _ = ensembles["mnist_mlp"]
-    assert main([str(run_dir), "x.png", "--posterior", "hmc"]) == 2
+    assert main([str(run_dir), "x.png", "--posterior", HMC]) == 2
     assert "holds no such posterior; it holds bayes, twin" in capsys.readouterr().err
 
 
@@ -226,22 +229,23 @@ def test_every_rung_scores_on_the_ladder_with_its_cost(rungs, ensembles, tmp_pat
                                            "--ood-size", "30", "--near-size", "10"]) == 0
     printed = capsys.readouterr().out
     results = json.loads((out / "scoreboard.json").read_text())
-    labels = {run: {part: results[run][part]["posterior"] for part in ("bayes", "twin", "hmc") if part in results[run]}
-              for run in runs}
-    assert labels == {runs[0]: {"bayes": "ensemble of 3 low-rank VI (rank 2)", "twin": "deep ensemble of 3 twins"},
-                      runs[1]: {"bayes": "mean-field VI", "twin": "MC dropout (p = 0.5)", "hmc": "HMC (NUTS, 6 samples)"},
-                      runs[2]: {"bayes": "ensemble of 2 mean-field VI", "twin": "deep ensemble of 2 MC dropout (p = 0.25)"}}
-    width = {"bayes": 784 * 32 + 32 + 32 * 10 + 10, "hmc": 784 * 4 + 4 + 4 * 10 + 10}
-    stored = {(0, "twin"): 3 * width["bayes"], (1, "twin"): width["hmc"], (1, "hmc"): 6 * width["hmc"],
-              (2, "bayes"): 2 * 2 * width["bayes"], (0, "bayes"): 3 * (2 + 2) * width["bayes"]}  # lowrank: loc, scale, 2 factors
+    found = {run: results[run]["posteriors"] for run in runs}
+    labels = {run: {part: r["posterior"] for part, r in found[run].items()} for run in runs}
+    assert labels == {runs[0]: {BAYES: "ensemble of 3 low-rank VI (rank 2)", TWIN: "deep ensemble of 3 twins"},
+                      runs[1]: {BAYES: "mean-field VI", TWIN: "MC dropout (p = 0.5)", HMC: "HMC (NUTS, 6 samples)"},
+                      runs[2]: {BAYES: "ensemble of 2 mean-field VI", TWIN: "deep ensemble of 2 MC dropout (p = 0.25)"}}
+    width = {BAYES: 784 * 32 + 32 + 32 * 10 + 10, HMC: 784 * 4 + 4 + 4 * 10 + 10}
+    stored = {(0, TWIN): 3 * width[BAYES], (1, TWIN): width[HMC], (1, HMC): 6 * width[HMC],
+              (2, BAYES): 2 * 2 * width[BAYES], (0, BAYES): 3 * (2 + 2) * width[BAYES]}  # lowrank: loc, scale, 2 factors
     for (k, part), numbers in stored.items():
-        assert results[runs[k]][part]["cost/parameters"] == numbers, (k, part)
-    parts = [json.loads((Path(runs[0]) / d / "metrics.json").read_text())["bayes"] for d in (".", "members/1", "members/2")]
-    assert results[runs[0]]["bayes"]["cost/train_seconds"] == pytest.approx(
+        assert found[runs[k]][part]["cost"]["parameters"] == numbers, (k, part)
+    parts = [json.loads((Path(runs[0]) / d / "metrics.json").read_text())[BAYES] for d in (".", "members/1", "members/2")]
+    assert results[runs[0]]["train_seconds"][BAYES] == pytest.approx(
         sum(p["seconds_per_epoch"] * len(p["history"]) for p in parts))
     for run in runs:
         for part, label in labels[run].items():
             row = next(line for line in printed.splitlines() if line.startswith(f"| {Path(run).name}: {label} |"))
-            assert row.split("|")[2].strip() == f"{100 * results[run][part]['test/accuracy']:.2f}%"
-    assert 0 <= results[runs[1]]["hmc"]["ood/auroc_mi_notmnist"] <= 1  # six weight samples: mutual information
+            assert row.split("|")[2].strip() == f"{100 * found[run][part]['test']['accuracy']:.2f}%"
+    hmc = found[runs[1]][HMC]["ood"]["notmnist"]["by_mutual_information"]  # six weight samples: mutual information
+    assert 0 <= hmc["auroc"] <= 1
     assert (out / "ladder.png").stat().st_size > 0

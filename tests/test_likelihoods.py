@@ -13,7 +13,7 @@ from bnn_zoo.data import TensorSet
 from bnn_zoo.likelihoods import Categorical, Gaussian, make_likelihood
 from bnn_zoo.nets import MLP
 from bnn_zoo.plots import variance_parts
-from bnn_zoo.train import fit
+from bnn_zoo.loop import fit
 
 
 @pytest.mark.parametrize("arch", ZOO)

@@ -41,7 +41,7 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
         assert {int(c) for c in answer["accepted"]} == set(decision.accepted[i].nonzero()[:, 0].tolist())
     assert main([str(tiny_run), files[0], "--samples", "5"]) == 0
     rule_line, line = capsys.readouterr().out.strip().splitlines()
-    assert rule_line.startswith("rule: median >= 0.2 (the seed's rule")
+    assert rule_line.startswith("rule: median >= 0.2 (the quantile rule")
     expected = "I don't know" if answers[0]["answer"] is None else f"{answers[0]['answer']} ("
     assert line.startswith(files[0] + ": ") and expected in line
 

@@ -9,6 +9,7 @@ from PIL import Image
 from bnn_zoo import load, predict
 from bnn_zoo.abstention import abstain
 from bnn_zoo.data import load_torchvision, normalize, white_noise
+from bnn_zoo.ladder import BAYES, TWIN
 from bnn_zoo.reports import refusal_curve, rejection_report, script_main
 
 
@@ -24,19 +25,22 @@ def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_p
                                  "--ood-size", "50"], "doc") == 0
     printed = capsys.readouterr().out
     assert "refused on MNIST" in printed and "Bayesian" in printed and "deterministic" in printed
-    result = json.loads((out / "reject_noise.json").read_text())
+    result = json.loads((out / "reject_noise.json").read_text())["posteriors"]
     # the same draws, recomputed: MNIST test first, then the noise
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     pyro.set_rng_seed(0)
     in_probs = predict(trained.model, trained.guide, normalize(images[:200]).to(DEVICE), 5)
     noise = predict(trained.model, trained.guide, normalize(white_noise(50, 0)).to(DEVICE), 5)
-    assert result["bayes"]["refused_noise"] == pytest.approx(abstain(noise).refused.float().mean().item())
-    assert result["bayes"]["refused_mnist"] == pytest.approx(abstain(in_probs).refused.float().mean().item())
-    assert result["bayes"]["forced_accuracy_mnist"] == pytest.approx(
+    assert result[BAYES]["ood"]["refused"] == pytest.approx(abstain(noise).refused.float().mean().item())
+    assert result[BAYES]["test"]["refused"] == pytest.approx(abstain(in_probs).refused.float().mean().item())
+    assert result[BAYES]["test"]["accuracy"] == pytest.approx(
         (in_probs.mean(0).argmax(1).cpu() == labels[:200]).float().mean().item())
     twin = trained.twin(normalize(white_noise(50, 0)).to(DEVICE))
-    assert result["twin"]["refused_noise"] == pytest.approx(abstain(twin[None]).refused.float().mean().item())
+    assert result[TWIN]["ood"]["refused"] == pytest.approx(abstain(twin[None]).refused.float().mean().item())
+    assert "by_mutual_information" in result[BAYES]["ood"] and "by_mutual_information" not in result[TWIN]["ood"]
+    row = next(line for line in printed.splitlines() if line.startswith("refused on white noise"))
+    assert row.split()[-2:] == [f"{100 * result[p]['ood']['refused']:.2f}%" for p in (BAYES, TWIN)]
     for plot in ("histograms", "mean_probabilities", "refusal_vs_threshold", "risk_coverage", "reliability"):
         with Image.open(out / f"{plot}.png") as img:
             assert min(img.size) > 300 and len(img.convert("L").getcolors(256) or ()) > 20  # a drawn figure

@@ -5,8 +5,10 @@ import pyro
 import pytest
 import torch
 from conftest import SMALL, ZOO, example_batch
+from torch import nn
 
 from bnn_zoo import build, make_net, predict
+from bnn_zoo.sampling import evaluating, fill_predictions, sample_chunks
 
 
 @pytest.mark.parametrize("arch", ZOO)
@@ -112,3 +114,43 @@ def test_predict_names_what_is_wrong_with_its_arguments():
         predict(model, uneven, x, 2)
     with pytest.raises(TypeError, match="'net.layers.1.bias' is not a tensor of samples"):
         predict(model, {"net.layers.1.bias": [0.0, 1.0]}, x, 2)
+
+
+def test_evaluating_sets_eval_mode_keeps_dropout_sampling_when_asked_and_restores_the_mode():
+    net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5), nn.BatchNorm1d(2)).train()
+    with evaluating(net, dropout=True):
+        assert [m.training for m in net.modules()] == [False, False, True, False]
+    assert all(m.training for m in net.modules())
+    with pytest.raises(ZeroDivisionError), evaluating(net):
+        assert not any(m.training for m in net.modules())
+        1 / 0
+    assert all(m.training for m in net.modules())  # restored after a failure too
+    with evaluating(net.eval()):
+        pass
+    assert not net.training  # the mode it had, not train mode
+
+
+def test_fill_predictions_fills_each_chunk_s_rows_over_the_batches():
+    x = torch.arange(5.0)[:, None]
+    drawn = []
+
+    def chunks():
+        for start, n in sample_chunks(7, 3):
+            drawn.append((start, n))  # drawn when the loop reaches it, not before
+            yield n, lambda xb, start=start, n=n: 10 * torch.arange(start, start + n)[:, None, None] + xb[None]
+
+    out = fill_predictions(x, chunks(), 7, batch_size=2)
+    assert drawn == [(0, 3), (3, 3), (6, 1)]
+    assert torch.equal(out[..., 0], 10 * torch.arange(7.0)[:, None] + torch.arange(5.0)[None])
+
+
+def test_fill_predictions_closes_the_chunks_when_a_chunk_fails():
+    net = nn.Linear(1, 1).train()
+
+    def failing():
+        with evaluating(net):
+            yield 1, lambda xb: 1 / 0
+
+    with pytest.raises(ZeroDivisionError) as failure:  # its traceback, held, holds the loop's frame
+        fill_predictions(torch.zeros(2, 1), failing(), 1, 2)
+    assert failure.type is ZeroDivisionError and net.training  # the eval mode ended with the failure

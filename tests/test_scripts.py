@@ -11,6 +11,7 @@ import torch
 
 from bnn_zoo import load, predict
 from bnn_zoo.data import load_torchvision, normalize
+from bnn_zoo.ladder import BAYES, TWIN
 from bnn_zoo.pruning import posterior_loc_scale
 from bnn_zoo.reports import rejection_report
 
@@ -40,8 +41,8 @@ def test_rejection_scripts_write_the_report(name, ood, tiny_run, tmp_path, capsy
                                    "--ood-size", "50"]) == 0
     printed = capsys.readouterr().out
     result = json.loads((out / f"reject_{ood}.json").read_text())
-    assert result == rejection_report(tiny_run, ood, tmp_path / "again", **args)
-    refused = 100 * result["bayes"][f"refused_{ood}"]
+    assert result == rejection_report(tiny_run, ood, tmp_path / "again", **args).to_dict()
+    refused = 100 * result["posteriors"][BAYES]["ood"]["refused"]
     assert re.search(rf"refused on \S+\s+{refused:.2f}%", printed.replace("white noise", "noise"))
 
 
@@ -136,32 +137,39 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
 
     assert results["letter_fonts"] == [Path(f).name for f in font_files()] and "DejaVuSans.ttf" in results["letter_fonts"]
     assert f"(letters drawn in {len(font_files())} fonts)" in printed
-    bayes = results["bayes"]
-    near = [bayes[f"ood/refused_{n}"] for n in results["near"]]
-    assert bayes["near/mean_refused"] == pytest.approx(sum(near) / len(near))
+    bayes = results["posteriors"][BAYES]
+    near = [bayes["ood"][n]["refused"] for n in results["near"]]
+    assert results["near_means"][BAYES]["refused"] == pytest.approx(sum(near) / len(near))
     # the markdown shows the JSON's figures
     assert (out / "scoreboard.md").read_text().strip() == printed.strip()
     row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | mean-field VI |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2] == f"{100 * bayes['ood/refused_rotated']:.2f}%"
-    assert cells[4] == f"{bayes['ood/auroc_rotated']:.4f}" and cells[7] == f"{bayes['ood/auroc_mi_rotated']:.4f}"
+    rotated = bayes["ood"]["rotated"]
+    assert cells[2] == f"{100 * rotated['refused']:.2f}%" and cells[3] == f"{100 * rotated['refused_by_quantile_rule']:.2f}%"
+    assert cells[4] == f"{rotated['by_entropy']['auroc']:.4f}" and cells[7] == f"{rotated['by_mutual_information']['auroc']:.4f}"
+    twin_row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | MAP (the twin) |"))
+    assert [c.strip() for c in twin_row.strip("|").split("|")][7:] == ["n/a"] * 3  # no mutual information
+    row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run} | mean-field VI |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == f"q>={bayes['rule']['threshold']}, MI<={bayes['rule']['cut']:.3g}"
+    assert cells[5] == f"{bayes['test']['ece']:.4f}" and cells[-1] == f"{100 * sum(near) / len(near):.2f}%"
     assert (out / f"scoreboard_{certified_run.name}.png").stat().st_size > 0
     # the ladder: a row per posterior, AUROC by mutual information for the sampled one, entropy for
     # the twin, and what each cost
     metrics = json.loads((certified_run / "metrics.json").read_text())
-    for part, label in (("bayes", "mean-field VI"), ("twin", "MAP (the twin)")):
-        r = results[part]
+    for part, label in ((BAYES, "mean-field VI"), (TWIN, "MAP (the twin)")):
+        r = results["posteriors"][part]
         row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run.name}: {label} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
-        key = "auroc_mi" if part == "bayes" else "auroc"
-        assert cells[3] == f"{r[f'ood/{key}_notmnist']:.4f}"
-        mean_near = sum(r[f"ood/{key}_{n}"] for n in results["near"]) / len(results["near"])
-        assert cells[13] == f"{mean_near:.4f}" == f"{r['near/mean_auroc']:.4f}"
+        by = "by_mutual_information" if part == BAYES else "by_entropy"
+        assert cells[3] == f"{r['ood']['notmnist'][by]['auroc']:.4f}"
+        mean_near = sum(r["ood"][n][by]["auroc"] for n in results["near"]) / len(results["near"])
+        assert cells[13] == f"{mean_near:.4f}" == f"{results['near_means'][part]['auroc']:.4f}"
         trained_for = metrics[part]["seconds_per_epoch"] * len(metrics[part]["history"])
-        assert r["cost/train_seconds"] == pytest.approx(trained_for) and cells[14] == f"{trained_for / 60:.1f}"
-        assert cells[15] == f"{r['cost/predict_seconds']:.1f}" and float(cells[15]) >= 0
-        stored = 2 * (784 * 32 + 32 + 32 * 10 + 10) if part == "bayes" else 784 * 32 + 32 + 32 * 10 + 10
-        assert cells[17] == f"{stored:,}" and r["cost/parameters"] == stored  # loc and scale per weight
+        assert results["train_seconds"][part] == pytest.approx(trained_for) and cells[14] == f"{trained_for / 60:.1f}"
+        assert cells[15] == f"{r['cost']['predict_seconds']:.1f}" and float(cells[15]) >= 0
+        stored = 2 * (784 * 32 + 32 + 32 * 10 + 10) if part == BAYES else 784 * 32 + 32 + 32 * 10 + 10
+        assert cells[17] == f"{stored:,}" and r["cost"]["parameters"] == stored  # loc and scale per weight
     assert (out / "ladder.png").stat().st_size > 0
 
 
@@ -183,9 +191,14 @@ def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path,
     pyro.set_rng_seed(0)
     b = predict(shipped.model, shipped.guide, x, 4)
     assert (a - b).abs().max() < 0.02  # half precision moves the probabilities by little
-    assert load_script("ship_posterior").main([str(certified_run), "tiny", "--samples", "3", "--test-size", "100"]) == 0
+    script = load_script("ship_posterior")
+    assert script.main([str(certified_run), "tiny", "--samples", "3", "--test-size", "100"]) == 0
     printed = capsys.readouterr().out
-    assert "tiny.pt:" in printed and "bayes accuracy: run" in printed
+    assert "tiny.pt:" in printed
+    figures = script.compare(str(certified_run), "tiny", 3, 100)
+    for part, run in figures["run"].items():  # the printed lines are compare's figures
+        shipped = figures["shipped"][part]
+        assert f"{part} nll: run {run.nll:.4f}, shipped {shipped.nll:.4f}, difference {shipped.nll - run.nll:+.4f}" in printed
 
 
 def test_scoreboard_refuses_bad_output_and_damaged_metrics_before_the_work(certified_run, tmp_path, capsys):

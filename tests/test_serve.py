@@ -1,14 +1,18 @@
 """The local page (bnn_zoo.serve): its handlers through Starlette's test client, its command line,
-and the page as a person uses it, in a headless Chromium (skipped where none is installed)."""
+what keeps it to itself (serve_guard: other sites, slow clients), and the page as a person uses it,
+in a headless Chromium (skipped where none is installed)."""
 import io
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,8 @@ from starlette.testclient import TestClient  # noqa: E402
 from bnn_zoo.trained import load  # noqa: E402
 from bnn_zoo.images import load_image  # noqa: E402
 from bnn_zoo.predict import main as predict_main  # noqa: E402
-from bnn_zoo.serve import EXAMPLES, Answerer, create_app, example_pixels  # noqa: E402
+from bnn_zoo.serve import EXAMPLES, Answerer, create_app, example_pixels, main  # noqa: E402
+from bnn_zoo.serve_guard import allowed_hosts, server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +37,7 @@ def answerer():
 
 @pytest.fixture(scope="module")
 def client(answerer):
-    return TestClient(create_app(answerer, max_upload=200_000))
+    return TestClient(create_app(answerer, max_upload=200_000), base_url="http://localhost:8000")
 
 
 def png(pixels: torch.Tensor, size: int = 28, ink_on_paper: bool = False) -> bytes:
@@ -127,7 +132,7 @@ def test_first_visitors_load_each_model_once_beside_the_answers(monkeypatch):
     alone = {m: Answerer(m, "cpu").answer(m, example_pixels("digit"))["samples"] for m in ("lenet", "mnist_mlp")}
     loads = []
     monkeypatch.setattr(bnn_zoo.serve, "load", lambda name, device: loads.append(name) or load(name, device))
-    client = TestClient(create_app(Answerer("lenet", "cpu")))  # nothing loaded yet
+    client = TestClient(create_app(Answerer("lenet", "cpu")), base_url="http://localhost")  # nothing loaded yet
 
     def visit(i):  # page loads (every model's defaults) interleaved with answers
         if i % 2:
@@ -170,6 +175,147 @@ def test_the_command_line_serves_the_page_and_refuses_a_bad_model():
     done = subprocess.run([sys.executable, "-m", "bnn_zoo.serve", "--port", "70000"], capture_output=True, text=True)
     assert done.returncode == 2 and "a port is at most 65535" in done.stderr
 
+
+@pytest.mark.parametrize("size", ["inf", "nan", "0", "-1", "ten"])
+def test_the_upload_limit_is_a_positive_size(size, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--max-upload-mb", size])
+    assert done.value.code == 2
+    message = "expected a number of MB" if size == "ten" else "must be a positive number of MB"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        f"error: argument --max-upload-mb: {message}, got {size!r} (see --help)"
+
+
+# -- what keeps the page to itself (bnn_zoo.serve_guard) ------------------------------------------
+
+@pytest.mark.parametrize("host, allowed", [("localhost:8000", True), ("127.0.0.1", True), ("[::1]:8000", True),
+                                           ("LocalHost:8000", True), ("evil.example", False),
+                                           ("evil.example:8000", False), ("localhost.evil.example", False)])
+def test_only_the_server_s_own_host_names_are_answered(client, host, allowed):
+    reply = client.get("/", headers={"Host": host, "Origin": f"http://{host}"})  # as after DNS rebinding
+    if allowed:
+        assert reply.status_code == 200 and '<canvas id="pad"' in reply.text
+    else:
+        assert (reply.status_code, reply.text) == (400, "Invalid host header")
+
+
+def test_the_host_names_follow_the_address_listened_on(answerer):
+    assert allowed_hosts("127.0.0.1") == allowed_hosts("::1") == ["127.0.0.1", "localhost", "[::1]"]
+    assert allowed_hosts("192.168.1.5") == ["192.168.1.5"] and allowed_hosts("fe80::1") == ["[fe80::1]"]
+    assert allowed_hosts("0.0.0.0") == ["*"]  # every address: the names it is reached by are not known
+    lan = TestClient(create_app(answerer, hosts=["192.168.1.5"]), base_url="http://192.168.1.5:8000")
+    assert lan.get("/").status_code == 200 and lan.get("/", headers={"Host": "localhost"}).status_code == 400
+
+
+@pytest.mark.parametrize("method, path, headers, status", [
+    ("POST", "/api/answer?example=digit", {"Origin": "http://evil.example"}, 403),
+    ("POST", "/api/answer?example=digit", {"Origin": "http://localhost:3000"}, 403),  # another port: another site
+    ("POST", "/api/answer?example=digit", {"Origin": "null"}, 403),  # a sandboxed frame, a file
+    ("POST", "/api/answer?example=digit", {"Sec-Fetch-Site": "cross-site"}, 403),
+    ("POST", "/api/answer?example=digit", {"Sec-Fetch-Site": "same-site"}, 403),
+    ("GET", "/api/models", {"Sec-Fetch-Site": "cross-site"}, 403),
+    ("GET", "/api/example/digit.png", {"Origin": "http://evil.example"}, 403),
+    ("POST", "/api/answer?example=digit", {"Origin": "http://localhost:8000", "Sec-Fetch-Site": "same-origin"}, 200),
+    ("POST", "/api/answer?example=digit", {}, 200),  # curl, scripts
+    ("GET", "/api/models", {"Sec-Fetch-Site": "none"}, 200),  # typed in the address bar
+    ("GET", "/", {"Sec-Fetch-Site": "cross-site"}, 200),  # a link to the page from elsewhere
+])
+def test_other_sites_cannot_use_the_api(client, method, path, headers, status):
+    reply = client.request(method, path, headers=headers)
+    assert reply.status_code == status
+    if status == 403:
+        sender = headers.get("Origin") or f"Sec-Fetch-Site: {headers['Sec-Fetch-Site']}"
+        assert reply.json() == {"error": f"refused a request from another site ({sender}): "
+                                         "this server answers its own page only"}
+
+
+@contextmanager
+def running(app, **limits):
+    """``app`` served as the command line serves it (serve_guard.server), on a free port, in a thread:
+    the uvicorn server and the port."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    served = server(app, **limits)
+    thread = threading.Thread(target=served.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        end = time.monotonic() + 30
+        while not served.started and thread.is_alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert served.started, "the server did not start"
+        yield served, sock.getsockname()[1]
+    finally:
+        served.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def test_a_slow_upload_does_not_hold_up_the_page(answerer, monkeypatch):
+    import httpx
+
+    import bnn_zoo.serve
+
+    decoding, release = threading.Event(), threading.Event()
+
+    def slow_decode(file, **options):
+        decoding.set()
+        release.wait(30)
+        return load_image(file, **options)
+
+    monkeypatch.setattr(bnn_zoo.serve, "load_image", slow_decode)
+    with running(create_app(answerer)) as (_, port), ThreadPoolExecutor(1) as pool:
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            upload = pool.submit(httpx.post, url + "api/answer", content=png(example_pixels("digit")), timeout=60)
+            assert decoding.wait(30)
+            started = time.monotonic()
+            page = httpx.get(url, timeout=5)
+            assert page.status_code == 200 and time.monotonic() - started < 2 and not upload.done()
+        finally:
+            release.set()
+        assert upload.result().json()["text"] == "7"
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection."""
+    found = b""
+    while chunk := sock.recv(4096):
+        found += chunk
+    return found
+
+
+def test_slow_clients_are_cut_off_and_connections_are_bounded(answerer):
+    import httpx
+
+    with running(create_app(answerer, body_timeout=1), head_timeout=1, max_connections=8) as (served, port):
+        url, host = f"http://127.0.0.1:{port}/", f"Host: 127.0.0.1:{port}\r\n"
+        kept = socket.create_connection(("127.0.0.1", port), timeout=10)  # answered, then half a second head
+        kept.sendall(f"GET /nowhere HTTP/1.1\r\n{host}\r\n".encode())
+        answered = b""
+        while not answered.endswith(b"Not Found"):  # the head and the body may come apart
+            answered += kept.recv(4096)
+        assert answered.startswith(b"HTTP/1.1 404")
+        opened = time.monotonic()
+        kept.sendall(b"GET / HTTP/1.1\r\n")
+        stalled = [kept]
+        for sent in (b"", b"GET / HT", f"GET / HTTP/1.1\r\n{host}".encode(),  # nothing; half a line; half a head
+                     f"POST /api/answer HTTP/1.1\r\n{host}Content-Length: 1000\r\n\r\n0123456789".encode(), b"", b""):
+            stalled.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            stalled[-1].sendall(sent)
+        end = time.monotonic() + 10
+        while len(served.server_state.connections) < 7 and time.monotonic() < end:
+            time.sleep(0.01)
+        refused = httpx.get(url, timeout=5)  # the 8th connection
+        assert refused.status_code == 503 and refused.text == "Service Unavailable"
+        sent = [read_to_end(sock) for sock in stalled]  # each one closed by the server
+        closed = time.monotonic() - opened
+        assert 0.9 < closed < 3, closed
+        upload = sent.pop(4)
+        assert sent == [b""] * 6
+        assert upload.startswith(b"HTTP/1.1 408") and b"connection: close" in upload.lower()
+        assert json.loads(upload.split(b"\r\n\r\n", 1)[1]) == {"error": "the upload did not arrive within 1 s; send it again"}
+        assert httpx.get(url, timeout=5).status_code == 200  # room again
+        for sock in stalled:
+            sock.close()
 
 # -- the page in a browser ---------------------------------------------------------------------
 
@@ -274,3 +420,18 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path):
+    from bnn_zoo.checkpoint import CHECKPOINT, read, save_atomic
+
+    run = tmp_path / "run"
+    shutil.copytree(certified_run, run)
+    state = read(run / CHECKPOINT)
+    state["guide"] = {k: v * 1.01 for k, v in state["guide"].items()}  # weights a resumed run moved on
+    save_atomic(state, run / CHECKPOINT)
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.serve", str(run), "--port", "0"], capture_output=True,
+                          text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "calibration.json certified other weights" in last
+    assert f"python -m bnn_zoo.calibrate {run}" in last

@@ -11,13 +11,15 @@ from conftest import SHARED_DATA, tiny_config
 
 from bnn_zoo import load, predict
 from bnn_zoo.checkpoint import CHECKPOINT, HMC_SAMPLES
-from bnn_zoo.config import config_names
+from bnn_zoo.config import config_names, resolved
 from bnn_zoo.data import toy_data
 from bnn_zoo.elbo import SplitELBO
 from bnn_zoo.errors import ConfigError, TrainingError
 from bnn_zoo.evaluate import evaluate_run
 from bnn_zoo.plots import variance_parts
-from bnn_zoo.train import bayes_objective, config_for_run, main, train
+from bnn_zoo.ladder import BAYES
+from bnn_zoo.phases import BayesPhase
+from bnn_zoo.train import config_for_run, main, train
 
 RUN_FILES = ["config.yaml", "checkpoint.pt", "twin.pt", "metrics.json", "training.png"]
 
@@ -191,8 +193,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypat
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 10, "train.eval_every": 5}))
     good = load(tmp_path)
 
-    def explode(self, model, guide, args, kwargs):
-        data_fit, kl = original(self, model, guide, args, kwargs)
+    def explode(self, model_trace, guide_trace):
+        data_fit, kl = original(self, model_trace, guide_trace)
         return data_fit * float("nan"), kl
 
     original = SplitELBO.particle
@@ -216,11 +218,11 @@ def test_guides_are_a_config_choice(guide, shared_data, tmp_path):
     trained = load(tmp_path)
     assert type(trained.guide).__name__ == {"lowrank": "AutoLowRankMultivariateNormal", "delta": "AutoDelta"}[guide]
     pyro.set_rng_seed(0)
-    results = evaluate_run(tmp_path, num_samples=4, test_size=100, ood=("noise",), ood_size=50)
-    assert 0.5 < results["bayes"]["test/accuracy"] <= 1
+    bayes = evaluate_run(tmp_path, num_samples=4, test_size=100, ood=("noise",), ood_size=50).posteriors[BAYES]
+    assert 0.5 < bayes.test.accuracy <= 1
     # a point estimate predicts once (no mutual information to rank by); low-rank VI is sampled
-    assert ("ood/auroc_mi_noise" in results["bayes"]) == (guide == "lowrank")
-    assert results["bayes"]["posterior"] == {"lowrank": "low-rank VI (rank 3)", "delta": "MAP (delta guide)"}[guide]
+    assert (bayes.ood["noise"].by_mutual_information is not None) == (guide == "lowrank")
+    assert bayes.posterior == {"lowrank": "low-rank VI (rank 3)", "delta": "MAP (delta guide)"}[guide]
 
 
 def test_nuts_run_saves_samples_that_reload(tmp_path):
@@ -255,7 +257,6 @@ def test_train_kl_weight_tempers_the_objective_training_minimizes():
     cfg = config_for_run("toy_mlp", ["train.kl_weight=0.1"])
     data = toy_data("polynomial")
     with pyro.settings.context(module_local_params=True):
-        _, _, elbo, _, loss_fn = bayes_objective(cfg, num_data=len(data.y), device=torch.device("cpu"))
-        loss = loss_fn(data.x, data.y)
-    parts = elbo.last_parts
-    assert loss.item() == pytest.approx((parts["data_fit"] + 0.1 * parts["kl"]).item(), rel=1e-6)
+        phase = BayesPhase(resolved(cfg), num_data=len(data.y), device=torch.device("cpu"))
+        loss, parts = phase.elbo.loss_and_parts(phase.model, phase.guide, data.x, data.y)
+    assert loss.item() == pytest.approx((parts.data_fit + 0.1 * parts.kl).item(), rel=1e-6)

@@ -1,0 +1,123 @@
+"""The checks a config passes before anything runs: names from their lists, every number in its
+range, keys that must agree; each failure one line naming the key, the value it quotes shortened.
+
+Usage: ``check(cfg)  # ConfigError("bad config key 'train.lr': must be a positive number, got -1.0")``
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from .abstention import Rule
+from .calibration import check_settings
+from .errors import ConfigError
+from .guides import GUIDES
+from .likelihoods import NOISE_MODES
+from .priors import PRIORS
+from .zoo import ARCHITECTURES
+
+MAX_SAMPLES = 10000  # posterior samples per input, for any figure
+MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+def show(value: Any) -> str:
+    """A user's value as a message quotes it, cut to 60 characters."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def short_quotes(text: str) -> str:
+    """``text`` with each value it quotes ('...') shortened as _show does."""
+    return re.sub(r"'([^']*)'", lambda quoted: show(quoted.group(1)), text)
+
+
+HIDDEN = "give one or more whole positive widths (for example [400, 400]), or null for the architecture's default"
+
+
+COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
+# The whole-number keys: (least, most); null, where allowed, means a default
+WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.train_limit": COUNT, "data.test_limit": COUNT,
+         "train.epochs": COUNT, "train.batch_size": COUNT, "train.lr_step": COUNT, "train.num_particles": COUNT,
+         "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
+         "train.twin_epochs": COUNT, "train.members": COUNT, "mcmc.num_samples": COUNT,
+         "mcmc.warmup_steps": SIZE, "mcmc.max_tree_depth": COUNT, "abstention.samples": (1, MAX_SAMPLES),
+         "seed": (0, 2 ** 32 - 1)}
+# Keys that must be finite positive numbers
+POSITIVE = ("model.prior_scale", "model.mixture_scale1", "model.mixture_scale2", "model.init_scale",
+            "model.noise_scale", "train.lr", "train.lr_gamma", "train.kl_weight", "train.twin_lr")
+# Keys that are fractions, and the interval of 0 and 1 each must lie in (the abstention section's
+# are checked by bnn_zoo.calibration)
+FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "train.twin_dropout": "[0, 1)",
+             "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)"}
+
+
+def check(cfg: DictConfig) -> None:
+    """What types cannot say: names from a list, ranges, and keys that must agree."""
+    if cfg.arch not in ARCHITECTURES:
+        raise ConfigError(f"bad config key 'arch': unknown architecture {show(cfg.arch)}; "
+                          f"choose one of {', '.join(ARCHITECTURES)}")
+    spec = ARCHITECTURES[cfg.arch]
+    if cfg.data.name is not None and cfg.data.name not in spec.datasets:
+        raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
+                          f"{cfg.arch}; choose one of {', '.join(spec.datasets)}")
+    if cfg.model.hidden is not None and not spec.has_hidden:
+        raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
+    choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
+               "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
+               "train.lr_schedule": ("constant", "cosine", "step")}
+    for key, allowed in choices.items():
+        if OmegaConf.select(cfg, key) not in allowed:
+            raise ConfigError(f"bad config key {key!r}: choose {' or '.join(allowed)}, "
+                              f"not {show(OmegaConf.select(cfg, key))}")
+    check_device_name(cfg.device)  # whether this machine has it is pick_device's to say
+    for key, (least, most) in WHOLE.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not least <= value <= most:
+            raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
+                              f"got {show(value)}")
+    for key in POSITIVE:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {show(value)}")
+    for key, interval in FRACTIONS.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not ((value > 0 if interval[0] == "(" else value >= 0) and
+                                      (value < 1 if interval[-1] == ")" else value <= 1)):
+            raise ConfigError(f"bad config key {key!r}: must lie in {interval}, got {show(value)}")
+    hidden = cfg.model.hidden
+    if hidden is not None and not (len(hidden) and all(isinstance(w, int) and 0 < w <= MAX_COUNT for w in hidden)):
+        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {show(OmegaConf.to_container(hidden))}")
+    fewest = min(cfg.train.test_samples, cfg.abstention.samples)
+    if cfg.train.members > fewest:  # a mixture draws at least one sample from every member
+        raise ConfigError(f"bad config key 'train.members': an ensemble of {cfg.train.members} needs at least "
+                          f"as many posterior samples; train.test_samples and abstention.samples are {fewest} "
+                          "at the least: raise them or use fewer members")
+    last = cfg.seed + cfg.train.members - 1  # member i's seed is seed + i
+    if last >= 2 ** 32:
+        raise ConfigError(f"bad config key 'seed': with train.members={cfg.train.members} the members use seeds "
+                          f"{cfg.seed}..{last}; seed + members - 1 must be below 2^32")
+    for key in ("run_dir", "resume"):
+        value = OmegaConf.select(cfg, key)
+        try:
+            is_file = value is not None and Path(value).exists() and not Path(value).is_dir()
+        except OSError as err:  # a name too long, say
+            raise ConfigError(f"bad config key {key!r}: cannot use {show(value)} ({err.strerror})") from None
+        if is_file:
+            raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
+    a = cfg.abstention
+    try:  # the checks certify and Rule make, before any training
+        check_settings(a.risk, a.delta, a.max_refusal)
+        Rule(a.quantile, signal=a.signal)
+    except ValueError as err:
+        raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
+
+
+def check_device_name(name: str) -> None:
+    """A device's name must be one of pick_device's forms, whatever this machine has."""
+    if not DEVICES.fullmatch(name):
+        raise ConfigError(f"bad config key 'device': {show(name)} is not a device; choose auto, cpu, cuda, "
+                          "cuda:N or mps")

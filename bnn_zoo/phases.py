@@ -1,0 +1,141 @@
+"""What training a run is made of: phases behind one small protocol (``Phase``), each run by the
+same loop (``bnn_zoo.loop.train_phase``), which validates, checkpoints, stops a diverging run and
+resumes them all the same way. ``BayesPhase``: SVI of the Bayesian network with its guide;
+``TwinPhase``: maximum likelihood of its deterministic twin.
+
+Usage::
+
+    phase = BayesPhase(cfg, num_data=len(splits.train), device=device, path=run.checkpoint)
+    loss = phase.loss(x, y)                          # a minibatch's negative ELBO, to minimize
+    figures = train_phase(phase, cfg, splits, run_id, log, stored)
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Protocol
+
+import pyro
+import torch
+from omegaconf import DictConfig
+
+from .data import TensorSet
+from .elbo import SplitELBO
+from .factory import build_from_config, twin_from_config
+from .reparam import LocalReparameterization
+from .sampling import evaluating, predict
+
+
+class Phase(Protocol):
+    """One thing a run trains with a torch optimizer, epoch by epoch, into a checkpoint of its own."""
+
+    label: str  # its name in the logs, metrics.json and the ladder: "bayes", "twin"
+    path: Path  # its checkpoint
+    epochs: int  # the planned length
+    lr: float  # Adam's learning rate at the plan's start
+    per_example: float  # a minibatch loss times this is nats per training example
+    sampled: bool  # whether its figures come from posterior draws
+
+    def parameters(self) -> list[torch.Tensor]:
+        """What the optimizer moves."""
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """A minibatch's loss, a scalar to minimize."""
+
+    def end_epoch(self, record: dict) -> None:
+        """Add the phase's own figures of the epoch just done to ``record``."""
+
+    def metrics(self, data: TensorSet, samples: int) -> dict:
+        """Its figures on ``data`` (validation, test), from ``samples`` posterior draws where it draws."""
+
+    def state(self) -> dict:
+        """What its checkpoint holds besides the loop's own (epoch, optimizer, history, RNG)."""
+
+    def restore(self, stored: dict) -> None:
+        """Take back what ``state`` stored."""
+
+    def stepping(self):
+        """The context its training steps run in."""
+
+
+class BayesPhase:
+    """SVI of the Bayesian network: Adam on the guide's parameters and the model's own (a learned
+    prior or noise), the negative ELBO of ``SplitELBO`` (inside ``LocalReparameterization`` when
+    model.reparam=local), its data-fit and KL parts logged per epoch. Build and run it with
+    module-local parameters; the steps run without Pyro's argument validation (they cost a third of
+    a mnist_mlp step; the traced run of ``kl_estimators`` before training keeps them on)."""
+
+    label = "bayes"
+    sampled = True
+
+    def __init__(self, cfg: DictConfig, num_data: int, device, path: Path | None = None):
+        t = cfg.train
+        self.model, self.guide = build_from_config(cfg, num_data, device)
+        self.elbo = SplitELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
+        self.reparam = LocalReparameterization if cfg.model.reparam == "local" else nullcontext
+        self.path, self.epochs, self.lr, self.num_data = path, t.epochs, t.lr, num_data
+        self.per_example = 1.0 / num_data
+        self._data_fit = torch.zeros((), device=device)  # summed over the epoch's minibatches
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [*self.guide.parameters(), *self.model.parameters()]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self.reparam():
+            loss, parts = self.elbo.loss_and_parts(self.model, self.guide, x, y)
+        self._data_fit = self._data_fit + parts.data_fit
+        return loss
+
+    def end_epoch(self, record: dict) -> None:
+        data_fit = self._data_fit.item() / record["steps"] / self.num_data
+        self._data_fit = torch.zeros_like(self._data_fit)
+        record.update(data_fit=data_fit, kl=record["loss"] - data_fit, **self.model.hyperparameters)
+
+    def metrics(self, data: TensorSet, samples: int) -> dict:
+        return self.model.likelihood.metrics(predict(self.model, self.guide, data.x, samples), data.y)
+
+    def state(self) -> dict:
+        return {"num_data": self.num_data, "model": self.model.state_dict(), "guide": self.guide.state_dict()}
+
+    def restore(self, stored: dict) -> None:
+        self.model.load_state_dict(stored["model"]), self.guide.load_state_dict(stored["guide"])
+
+    def stepping(self):
+        return pyro.validation_enabled(False)
+
+
+class TwinPhase:
+    """Maximum likelihood of the deterministic twin (with dropout when train.twin_dropout > 0),
+    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.ladder``'s)."""
+
+    label = "twin"
+    per_example = 1.0
+    sampled = False
+
+    def __init__(self, cfg: DictConfig, device, path: Path | None = None):
+        t = cfg.train
+        self.twin = twin_from_config(cfg, device)
+        self.path, self.epochs, self.lr = path, t.twin_epochs or t.epochs, t.twin_lr or t.lr
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.twin.parameters())
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.twin.loss(x, y)
+
+    def end_epoch(self, record: dict) -> None:
+        pass  # the loop's loss is the whole story
+
+    @torch.no_grad()
+    def metrics(self, data: TensorSet, samples: int) -> dict:
+        with evaluating(self.twin):
+            return self.twin.likelihood.metrics(self.twin(data.x).unsqueeze(0), data.y)
+
+    def state(self) -> dict:
+        return {"net": self.twin.state_dict()}
+
+    def restore(self, stored: dict) -> None:
+        self.twin.load_state_dict(stored["net"])
+
+    def stepping(self):
+        return nullcontext()
