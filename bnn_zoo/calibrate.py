@@ -29,6 +29,7 @@ from .data import load_torchvision, normalize, validation_split
 from .errors import ConfigError
 from .likelihoods import Categorical
 from .ladder import sampled_probs
+from .sampling import seeded
 from .files import check_writable, write_atomic
 
 
@@ -57,9 +58,10 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
         raise ValueError(f"samples must be at least 1, got {samples}")
     check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling
     x, labels = validation_set(trained, data_root)
-    pyro.set_rng_seed(seed)
+    with seeded(seed, trained.device):
+        sampled = sampled_probs(trained, x, samples)
     found = {CERTIFIED_WEIGHTS: certified_weights(trained)}
-    for part, probs in sampled_probs(trained, x, samples).items():
+    for part, probs in sampled.items():
         try:
             calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
                                   signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information

@@ -28,6 +28,7 @@ from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
 from .ood import OOD_SETS, ood_images
 from .ladder import posteriors, sampled_probs
+from .sampling import seeded
 from .files import check_writable, write_atomic
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
@@ -176,16 +177,15 @@ def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> O
         if sampled else None)
 
 
-def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None, test_size: int | None,
-                        seed: int) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
-    """A trained classifier run, its data root, and its test set (uint8 images, labels); seeds Pyro."""
+def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
+                        test_size: int | None) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
+    """A trained classifier run, its data root, and its test set (uint8 images, labels)."""
     trained = load(run_dir, pick_device(device))
     cfg = trained.config
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
                           "metrics.json")
     root = data_root or cfg.data.root
-    pyro.set_rng_seed(seed)
     images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
     return trained, root, images[:test_size], labels[:test_size]
 
@@ -198,10 +198,19 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
     ``bnn_zoo.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
-    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = DEFAULT_OOD[trained.config.data.name] if ood is None else ood
-    x = normalize(images).to(trained.device)
+    with seeded(seed, trained.device):
+        results, skipped = _evaluate(trained, rules, normalize(images).to(trained.device), labels, ood, ood_size,
+                                     num_samples, root, seed)
+    return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
+
+
+def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tensor, ood: tuple[str, ...],
+              ood_size: int | dict[str, int], num_samples: int, root: str | None,
+              seed: int) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
+    """evaluate_run's figures per posterior, and the OOD sets skipped (missing data) with why."""
     in_probs, results = {}, {}
     for part, posterior in posteriors(trained).items():
         with Measure(trained.device) as measured:
@@ -220,7 +229,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
             continue
         for part, probs in sampled_probs(trained, x, num_samples).items():
             results[part].ood[name] = ood_result(in_probs[part], probs, rules[part])
-    return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
+    return results, skipped
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

@@ -19,6 +19,7 @@ from .evaluate import InDistribution, OODResult, in_distribution, load_for_evalu
 from .files import write_atomic
 from .ood import ood_images
 from .ladder import BAYES, HMC, TWIN, sampled_probs
+from .sampling import seeded
 from .metrics import reliability_bins
 
 LABELS = {BAYES: "Bayesian", TWIN: "deterministic", HMC: "HMC"}
@@ -67,15 +68,16 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> RejectionReport:
     """Refusals on MNIST test and an OOD set for a trained run, each model under its rule (see
     ``Trained.rules_for``); writes JSON and plots to out_dir."""
-    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     device = trained.device
     labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
     out_dir.mkdir(parents=True, exist_ok=True)
     ood_raw = ood_images(ood, root, ood_size, seed)
-    in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
-    ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
+    with seeded(seed, device):
+        in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
+        ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
 
     found = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
                             ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}

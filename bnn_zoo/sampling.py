@@ -89,6 +89,19 @@ def positive_sizes(num_samples, chunk_size: int, batch_size: int) -> None:
 
 
 @contextmanager
+def seeded(seed: int, device: torch.device | str = "cpu") -> Iterator[None]:
+    """Draws inside the block come from ``seed`` (torch's generator, which Pyro's samplers use, and
+    ``device``'s where it is a GPU); the caller's random streams are as they were once it ends.
+
+    Usage: ``with seeded(0, trained.device): probs = predict(model, guide, x)``
+    """
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextmanager
 def evaluating(module: nn.Module, dropout: bool = False) -> Iterator[nn.Module]:
     """``module`` in eval mode (its dropout layers sampling when ``dropout``), its mode restored after.
 

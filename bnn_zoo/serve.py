@@ -31,6 +31,7 @@ from .data import CLASS_NAMES, normalize, white_noise
 from .errors import UserError
 from .images import load_image
 from .ladder import Posterior, posteriors
+from .sampling import seeded
 from .likelihoods import Categorical
 from .ood import drawing, glyph, matplotlib_font
 
@@ -121,9 +122,9 @@ class Answerer:
             except ValueError as err:
                 raise BadRequest(str(err)) from None
             x = normalize(pixels[None]).to(model.trained.device)
-            pyro.set_rng_seed(seed)  # the same drawing gets the same answer, as with predict --seed
-            probs = model.bayes.predict(x, samples)
-            twin = model.twin.predict(x, samples) if model.twin is not None else None
+            with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
+                probs = model.bayes.predict(x, samples)
+                twin = model.twin.predict(x, samples) if model.twin is not None else None
         found = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
                  **_judged(probs, rules["bayes"], model.classes),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}

@@ -16,6 +16,7 @@ from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import in_distribution, load_for_evaluation
 from bnn_zoo.files import write_atomic
 from bnn_zoo.ood import ood_images
+from bnn_zoo.sampling import seeded
 from bnn_zoo.pruning import SCORES, posterior_loc_scale, prune_masks
 
 LEVELS = [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99]
@@ -26,16 +27,16 @@ COLUMNS = {"accuracy": "accuracy", "nll": "NLL", "refused_mnist": "refused MNIST
 @pyro.settings.context(module_local_params=True)
 def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshold=0.2, test_size=None,
                  ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
-    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size, seed)
+    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     x, labels = normalize(images).to(trained.device), labels.to(trained.device)
     letters = normalize(ood_images("notmnist", root, ood_size)).to(trained.device)
     rows = {by: [] for by in SCORES}
     for by in SCORES:
         for level in levels:
             keep = prune_masks(trained.guide, level, by)
-            pyro.set_rng_seed(seed)  # the same posterior draws at every level: only pruning differs
-            probs = predict(trained.model, trained.guide, x, num_samples, keep=keep)
-            ood = predict(trained.model, trained.guide, letters, num_samples, keep=keep)
+            with seeded(seed, trained.device):  # the same posterior draws at every level: only pruning differs
+                probs = predict(trained.model, trained.guide, x, num_samples, keep=keep)
+                ood = predict(trained.model, trained.guide, letters, num_samples, keep=keep)
             mnist = in_distribution(probs, labels, Rule(quantile, threshold))
             rows[by].append({"pruned": level, "accuracy": mnist.accuracy, "nll": mnist.nll,
                              "refused_mnist": mnist.refused, "accuracy_accepted": mnist.accuracy_accepted,

@@ -14,6 +14,7 @@ from bnn_zoo.trained import load, ship
 from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import InDistribution, in_distribution, load_for_evaluation
 from bnn_zoo.ladder import sampled_probs
+from bnn_zoo.sampling import seeded
 
 
 @pyro.settings.context(module_local_params=True)
@@ -21,13 +22,13 @@ def compare(run_dir: str, name: str, samples: int, test_size: int | None,
             seed: int = 0) -> dict[str, dict[str, InDistribution]]:
     """Test figures of the run and of its shipped copy ({"run" or "shipped": {posterior: figures}}),
     on the same posterior draws' seed."""
-    trained, _, images, labels = load_for_evaluation(run_dir, "cpu", None, test_size, seed)
+    trained, _, images, labels = load_for_evaluation(run_dir, "cpu", None, test_size)
     x = normalize(images)
     figures = {}
     for label, source in (("run", trained), ("shipped", load(name))):
-        pyro.set_rng_seed(seed)
-        figures[label] = {part: in_distribution(p, labels, source.rules_for()[part])
-                          for part, p in sampled_probs(source, x, samples).items()}
+        with seeded(seed):
+            sampled = sampled_probs(source, x, samples)
+        figures[label] = {part: in_distribution(p, labels, source.rules_for()[part]) for part, p in sampled.items()}
     return figures
 
 

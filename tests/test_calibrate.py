@@ -111,8 +111,10 @@ def test_a_calibration_of_other_weights_is_refused_until_recertified(certified_r
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "certified other weights" in err and "python -m bnn_zoo.calibrate" in err
     assert predict_main([str(run), str(image), "--rule", "quantile"]) == 0
+    before = (run / "eval.json").read_bytes() if (run / "eval.json").exists() else None
     assert evaluate.main([str(run), "--test-size", "20", "--ood-size", "10"]) == 2
-    assert "certified other weights" in capsys.readouterr().err and not (run / "eval.json").exists()
+    assert "certified other weights" in capsys.readouterr().err
+    assert ((run / "eval.json").read_bytes() if (run / "eval.json").exists() else None) == before
     assert main([str(run), "--risk", "0.4", "--delta", "0.2", "--max-refusal", "0.1", "--samples", "4"]) == 0
     assert load(run).rules_for()["bayes"].threshold >= 0.2
 
@@ -147,3 +149,16 @@ def _write_digit(path):
     pixels = torch.zeros(28, 28, dtype=torch.uint8)
     pixels[4:24, 13:16] = 255  # a 1
     Image.fromarray(pixels.numpy()).save(path)
+
+
+def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
+    import torch
+
+    from bnn_zoo.calibrate import calibrate_run
+
+    run = _copy(certified_run, tmp_path)
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    found = calibrate_run(run, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert found["bayes"] == json.loads((certified_run / CALIBRATION).read_text())["bayes"]  # the same draws: seed 0

@@ -124,3 +124,18 @@ def test_evaluate_and_calibrate_refuse_unwritable_outputs_before_the_work(certif
             assert command([str(disk / "run"), "--samples", "2"]) == 2
             assert capsys.readouterr().err.strip() == (f"error: cannot write into {disk / 'run'} (Read-only file "
                                                        "system): make it writable, free space, or choose another folder")
+
+
+def test_evaluation_draws_from_its_seed_and_leaves_the_caller_s_random_stream(certified_run):
+    import torch
+
+    from bnn_zoo.evaluate import evaluate_run
+
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5)
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's stream is untouched
+    torch.manual_seed(999)  # another caller state: the same figures, drawn from seed 5
+    again = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5)
+    figures = lambda e: {part: (r.test, r.ood) for part, r in e.posteriors.items()}  # noqa: E731 (not the timings)
+    assert figures(again) == figures(first)
