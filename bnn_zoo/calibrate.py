@@ -20,7 +20,7 @@ import pyro
 import torch
 
 from . import cli
-from .abstention import SIGNALS, Rule
+from .abstention import SIGNALS
 from .calibration import NotCertified, certify, check_settings
 from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS
 from .trained import Trained, certified_weights, load
@@ -52,8 +52,7 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
     cannot be certified gets an ``error`` entry and keeps the quantile rule."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
-    check_settings(risk, delta, max_refusal)
-    Rule(quantile, signal=signal)
+    check_settings(risk, delta, max_refusal, quantile, signal)
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling

@@ -68,13 +68,16 @@ class NotCertified(ValueError):
     """No rule on the grid can be certified at the asked risk and delta on these inputs."""
 
 
-def check_settings(risk: float, delta: float, max_refusal: float) -> None:
-    """ValueError naming the first setting out of range."""
+def check_settings(risk: float, delta: float, max_refusal: float, quantile: float = 0.5,
+                   signal: str | None = None) -> None:
+    """The one check of the abstention settings (the config's, calibrate's and certify's):
+    ValueError naming the first setting out of range."""
     for name, value in (("risk", risk), ("delta", delta)):
         if not 0.0 < value < 1.0:
             raise ValueError(f"{name} must lie strictly between 0 and 1, got {value}")
     if not 0.0 <= max_refusal <= 1.0:
         raise ValueError(f"max_refusal must lie in [0, 1], got {max_refusal}")
+    Rule(quantile, signal=signal)  # the quantile and the signal's name
 
 
 def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float = 0.05,
@@ -85,8 +88,7 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
 
     Raises NotCertified when no rule on the grid can be certified (ask for a higher risk or delta,
     or calibrate on more inputs)."""
-    check_settings(risk, delta, max_refusal)
-    Rule(quantile, signal=signal)  # checks the quantile and the signal's name
+    check_settings(risk, delta, max_refusal, quantile, signal)
     check_probs(probs)
     if not isinstance(labels, torch.Tensor):
         raise TypeError(f"expected the labels as a torch.Tensor [N], got a {type(labels).__name__}; "

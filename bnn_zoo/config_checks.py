@@ -11,7 +11,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .abstention import Rule
 from .calibration import check_settings
 from .errors import ConfigError
 from .guides import GUIDES
@@ -110,8 +109,7 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
     a = cfg.abstention
     try:  # the checks certify and Rule make, before any training
-        check_settings(a.risk, a.delta, a.max_refusal)
-        Rule(a.quantile, signal=a.signal)
+        check_settings(a.risk, a.delta, a.max_refusal, a.quantile, a.signal)
     except ValueError as err:
         raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
 
