@@ -127,11 +127,11 @@ def test_concurrent_users_get_their_own_answers(client):
 
 
 def test_first_visitors_load_each_model_once_beside_the_answers(monkeypatch):
-    import bnn_zoo.serve
+    import bnn_zoo.serve_answers
 
     alone = {m: Answerer(m, "cpu").answer(m, example_pixels("digit"))["samples"] for m in ("lenet", "mnist_mlp")}
     loads = []
-    monkeypatch.setattr(bnn_zoo.serve, "load", lambda name, device: loads.append(name) or load(name, device))
+    monkeypatch.setattr(bnn_zoo.serve_answers, "load", lambda name, device: loads.append(name) or load(name, device))
     client = TestClient(create_app(Answerer("lenet", "cpu")), base_url="http://localhost")  # nothing loaded yet
 
     def visit(i):  # page loads (every model's defaults) interleaved with answers
