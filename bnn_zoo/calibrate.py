@@ -59,16 +59,16 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
     x, labels = validation_set(trained, data_root)
     with seeded(seed, trained.device):
         sampled = sampled_probs(trained, x, samples)
-    found = {CERTIFIED_WEIGHTS: certified_weights(trained)}
+    certified = {CERTIFIED_WEIGHTS: certified_weights(trained)}
     for part, probs in sampled.items():
         try:
             calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
                                   signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
-            found[part] = {**calibration.to_dict(), "samples": len(probs)}
+            certified[part] = {**calibration.to_dict(), "samples": len(probs)}
         except NotCertified as err:
-            found[part] = {"error": str(err)}
-    write_atomic(Path(run_dir) / CALIBRATION, json.dumps(found, indent=2))
-    return found
+            certified[part] = {"error": str(err)}
+    write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
+    return certified
 
 
 SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples")
@@ -84,10 +84,10 @@ def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict
     return calibrate_trained(trained, run_dir, **defaults, **given)
 
 
-def summary(found: dict) -> str:
+def summary(certified: dict) -> str:
     """One line per model: its rule and what validation said about it."""
     lines = []
-    for part, c in found.items():
+    for part, c in certified.items():
         if part == CERTIFIED_WEIGHTS:
             continue
         if "error" in c:
@@ -119,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        found = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
+        certified = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
                               max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
                               samples=args.samples, seed=args.seed, data_root=args.data_root)
-        print(summary(found))
+        print(summary(certified))
         return 0
 
     return cli.run(command)

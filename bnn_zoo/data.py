@@ -143,9 +143,9 @@ def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> 
     """
     base = data_root(root)
     for folder in (base / "notMNIST" / "raw", base / "notMNIST", base):
-        found = _find_idx(folder, "t10k-images-idx3-ubyte")
-        if found:
-            return read_idx(found)
+        idx_file = _find_idx(folder, "t10k-images-idx3-ubyte")
+        if idx_file:
+            return read_idx(idx_file)
         if (folder / "A").is_dir():
             return read_png_folders(folder, skip_unreadable)
     raise DataError(f"notMNIST not found under {base.resolve()}: expected "

@@ -84,11 +84,11 @@ class SplitELBO(ELBO):
     def kl_estimators(self, model, guide, *args, **kwargs) -> dict[str, list[str]]:
         """Which latent sites' KL terms this ELBO takes in closed form and which by Monte Carlo."""
         model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
-        found: dict[str, list[str]] = {"closed_form": [], "monte_carlo": []}
+        estimators: dict[str, list[str]] = {"closed_form": [], "monte_carlo": []}
         for name, site in model_trace.iter_stochastic_nodes():
             closed = self.closed_form_kl and has_closed_form_kl(guide_trace.nodes[name]["fn"], site["fn"])
-            found["closed_form" if closed else "monte_carlo"].append(name)
-        return found
+            estimators["closed_form" if closed else "monte_carlo"].append(name)
+        return estimators
 
     def _kl_term(self, q: dict, p: dict) -> torch.Tensor:
         if not q["fn"].has_rsample:

@@ -75,8 +75,8 @@ class OODResult:
         return (self.by_mutual_information or self.by_entropy).auroc
 
     def to_dict(self) -> dict:
-        found = asdict(self)
-        return found if self.by_mutual_information else {k: v for k, v in found.items() if v is not None}
+        values = asdict(self)
+        return values if self.by_mutual_information else {k: v for k, v in values.items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: dict) -> "OODResult":
@@ -234,10 +234,10 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
 
 def _flat(d: dict, prefix: str = "") -> dict:
     """{"a": {"b": 1}} as {"a/b": 1}."""
-    found = {}
+    flat = {}
     for key, value in d.items():
-        found.update(_flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return found
+        flat.update(_flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
 
 
 def table(evaluation: Evaluation) -> str:

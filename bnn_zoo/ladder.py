@@ -11,9 +11,9 @@ names of ``bnn_zoo.checkpoint.PARTS``, "bayes", "twin", "hmc").
 
 Usage::
 
-    found = posteriors(bnn_zoo.load("runs/lenet_ensemble"))    # {BAYES: Mixture, TWIN: Mixture}
-    probs = found[BAYES].predict(x, num_samples=100)            # [100, N, 10]
-    found[TWIN].label, found[TWIN].parameters_stored            # "deep ensemble of 5 twins", 308,530
+    rungs = posteriors(bnn_zoo.load("runs/lenet_ensemble"))    # {BAYES: Mixture, TWIN: Mixture}
+    probs = rungs[BAYES].predict(x, num_samples=100)            # [100, N, 10]
+    rungs[TWIN].label, rungs[TWIN].parameters_stored            # "deep ensemble of 5 twins", 308,530
 """
 from __future__ import annotations
 
@@ -182,17 +182,17 @@ def posteriors(trained: Trained) -> dict[str, Posterior]:
     trained one, and HMC where it drew NUTS samples."""
     runs = [trained, *trained.members]
     bayes = [VariationalPosterior(t.model, t.guide) for t in runs]
-    found: dict[str, Posterior] = {
+    rungs: dict[str, Posterior] = {
         BAYES: bayes[0] if len(bayes) == 1 else Mixture(bayes, f"ensemble of {len(bayes)} {bayes[0].label}")}
     twins = [_twin_posterior(t.twin) for t in runs if t.twin is not None]
     if len(twins) == 1:
-        found[TWIN] = twins[0]
+        rungs[TWIN] = twins[0]
     elif twins:
         kind = twins[0].label if twins[0].stochastic else "twins"
-        found[TWIN] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
+        rungs[TWIN] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
     if trained.samples is not None:
-        found[HMC] = SampledPosterior(trained.model, trained.samples)
-    return found
+        rungs[HMC] = SampledPosterior(trained.model, trained.samples)
+    return rungs
 
 
 def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:

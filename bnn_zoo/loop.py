@@ -170,11 +170,11 @@ class LastCheckpoint:
         raise TrainingError(f"{err}; stopped. {advice}") from None
 
 
-def prefixed(prefix: str, found: dict) -> dict:
+def prefixed(prefix: str, values: dict) -> dict:
     """``{"prefix/key": value}``: figures as metrics.json names them (val/accuracy, test/nll)."""
-    return {f"{prefix}/{k}": v for k, v in found.items()}
+    return {f"{prefix}/{k}": v for k, v in values.items()}
 
 
-def figures(found: dict) -> str:
+def figures(values: dict) -> str:
     """Figures as a log line shows them: ``name value, ...``."""
-    return ", ".join(f"{k} {v:.4f}" for k, v in found.items())
+    return ", ".join(f"{k} {v:.4f}" for k, v in values.items())

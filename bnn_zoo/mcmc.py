@@ -31,12 +31,12 @@ def nuts_posterior(model: BayesianNet, x: torch.Tensor, y: torch.Tensor, num_sam
     mcmc.run(x, y)
     seconds = time.perf_counter() - start
     samples = {name: value.detach() for name, value in mcmc.get_samples().items()}
-    found = mcmc.diagnostics()
-    sites = [v for k, v in found.items() if k.startswith("net.")]
+    diagnostics = mcmc.diagnostics()
+    sites = [v for k, v in diagnostics.items() if k.startswith("net.")]
     return samples, {
         "seconds": seconds, "num_samples": num_samples, "warmup_steps": warmup_steps,
-        "acceptance_rate": float(found["acceptance rate"]["chain 0"]),
-        "divergences": len(found["divergences"]["chain 0"]),
+        "acceptance_rate": float(diagnostics["acceptance rate"]["chain 0"]),
+        "divergences": len(diagnostics["divergences"]["chain 0"]),
         "min_n_eff": min(float(s["n_eff"].nan_to_num(float("inf")).min()) for s in sites),
         "max_r_hat": max(float(s["r_hat"].nan_to_num(1.0).max()) for s in sites),
     }

@@ -74,9 +74,9 @@ def font_files() -> tuple[str, ...]:
     depends on them: the scoreboard records their names."""
     from matplotlib import font_manager
 
-    found = {f for f in font_manager.findSystemFonts(fontext="ttf") if f.lower().endswith(".ttf")}
-    found.add(matplotlib_font("DejaVu Sans"))
-    return tuple(sorted(found))
+    fonts = {f for f in font_manager.findSystemFonts(fontext="ttf") if f.lower().endswith(".ttf")}
+    fonts.add(matplotlib_font("DejaVu Sans"))
+    return tuple(sorted(fonts))
 
 
 def matplotlib_font(family: str) -> str:

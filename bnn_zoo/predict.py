@@ -65,10 +65,10 @@ def _answer(args) -> int:
     trained = load(args.run_dir, pick_device(args.device))
     if not isinstance(trained.model.likelihood, Categorical):
         raise ValueError("predict classifies images; this run is a regression model")
-    found = posteriors(trained)
-    if args.posterior not in found:
+    rungs = posteriors(trained)
+    if args.posterior not in rungs:
         raise ConfigError(f"--posterior {args.posterior}: {args.run_dir} holds no such posterior; it holds "
-                          f"{', '.join(found)}")
+                          f"{', '.join(rungs)}")
     answers, pixels = [], []
     for path in args.images:
         try:
@@ -81,7 +81,7 @@ def _answer(args) -> int:
         pyro.set_rng_seed(args.seed)
         x = normalize(torch.stack(pixels)).to(trained.device)
         rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
-        probs = found[args.posterior].predict(x, args.samples)
+        probs = rungs[args.posterior].predict(x, args.samples)
         decision, scores = rule(probs), uncertainty(probs, rule.quantile)
         for i, answer in enumerate(good):
             answer.update(decision.describe(i, rule.signal))

@@ -79,9 +79,9 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
         in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
         ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
 
-    found = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
+    refusals = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
                             ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}
-    report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_raw), found)
+    report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_raw), refusals)
     write_atomic(out_dir / f"reject_{ood}.json", json.dumps(report.to_dict(), indent=2))
     _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rules[BAYES], grid)
     return report

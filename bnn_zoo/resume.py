@@ -53,14 +53,14 @@ def read_for_resume(cfg: DictConfig, path: Path, device) -> dict:
 
 def _differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
     """{dotted key: (old, new)} where two config dicts differ."""
-    found = {}
+    differences = {}
     for key in old.keys() | new.keys():
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            found.update(_differences(a, b, f"{prefix}{key}."))
+            differences.update(_differences(a, b, f"{prefix}{key}."))
         elif a != b:
-            found[f"{prefix}{key}"] = (a, b)
-    return found
+            differences[f"{prefix}{key}"] = (a, b)
+    return differences
 
 
 

@@ -80,14 +80,14 @@ def owned(run_dir: Path) -> bool:
 def member_runs(run_dir: Path) -> list[Path]:
     """The ensemble members' run directories inside ``run_dir`` (MEMBERS/N that a run wrote)."""
     folder = run_dir / MEMBERS
-    found = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()] if folder.is_dir() else []
-    return sorted((p for p in found if p.name.isdigit() and owned(p)), key=lambda p: int(p.name))
+    folders = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()] if folder.is_dir() else []
+    return sorted((p for p in folders if p.name.isdigit() and owned(p)), key=lambda p: int(p.name))
 
 
 def existing_run(run_dir: Path) -> list[str]:
     """The run files already in ``run_dir`` (with MEMBERS where it holds members' runs)."""
-    found = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
-    return found + ([MEMBERS] if member_runs(run_dir) else [])
+    present = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+    return present + ([MEMBERS] if member_runs(run_dir) else [])
 
 
 def mark(run_dir: Path) -> None:
@@ -114,12 +114,12 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
                               "train into another folder (run_dir=DIR)")
         lock.seek(0), lock.truncate()
         lock.write(f"process {os.getpid()}"), lock.flush()
-        found = existing_run(run_dir)
-        if found and not owned(run_dir):
-            raise ConfigError(f"run directory {run_dir} holds {', '.join(found)}, which no bnn-zoo run wrote "
+        present = existing_run(run_dir)
+        if present and not owned(run_dir):
+            raise ConfigError(f"run directory {run_dir} holds {', '.join(present)}, which no bnn-zoo run wrote "
                               "there: move them away, or choose another run_dir=DIR")
-        if found and not resuming and not overwrite:
-            raise ConfigError(f"run directory {run_dir} holds a run already ({', '.join(found)}): continue "
+        if present and not resuming and not overwrite:
+            raise ConfigError(f"run directory {run_dir} holds a run already ({', '.join(present)}): continue "
                               f"it with resume={run_dir}, replace it with overwrite=true, or choose "
                               "another run_dir=DIR")
         yield

@@ -82,8 +82,8 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
         return HTMLResponse(PAGE.read_text())
 
     async def models(request: Request):
-        found = await _in_thread(lambda: [answerer.model(n).defaults() for n in answerer.names])
-        return JSONResponse({"default": answerer.default, "models": found,
+        defaults = await _in_thread(lambda: [answerer.model(n).defaults() for n in answerer.names])
+        return JSONResponse({"default": answerer.default, "models": defaults,
                              "examples": {k: label for k, (label, _) in EXAMPLES.items()}})
 
     async def example(request: Request):

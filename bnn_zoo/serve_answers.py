@@ -70,8 +70,8 @@ class Answerer:
                 if not isinstance(trained.model.likelihood, Categorical):
                     raise UserError(f"{name} is a regression run; the page classifies images")
                 trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
-                found = posteriors(trained)
-                self._models[name] = Model(name, trained, found["bayes"], found.get("twin"),
+                held = posteriors(trained)
+                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"),
                                            CLASS_NAMES[trained.config.data.name])
             return self._models[name]
 
@@ -97,32 +97,32 @@ class Answerer:
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
-        found = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
+        response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
                  **_judged(probs, rules["bayes"], model.classes),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
         if twin is not None:
-            found["twin"] = {"posterior": model.twin.label, **_judged(twin, rules["twin"], model.classes),
+            response["twin"] = {"posterior": model.twin.label, **_judged(twin, rules["twin"], model.classes),
                              "probs": twin.mean(0)[0].cpu().tolist()}
-        found["seconds"] = round(time.perf_counter() - started, 4)
-        return found
+        response["seconds"] = round(time.perf_counter() - started, 4)
+        return response
 
 
 def _judged(probs: torch.Tensor, rule: Rule, classes: list[str]) -> dict:
     """One input's decision under ``rule``, with the words the page shows."""
     decision, scores = rule(probs), uncertainty(probs, rule.quantile)
-    found = decision.describe(0, rule.signal)
-    names = [classes[c] for c in found["accepted"]]
-    if found["answer"] is None:
+    described = decision.describe(0, rule.signal)
+    names = [classes[c] for c in described["accepted"]]
+    if described["answer"] is None:
         text = "I don't know"
     else:
         text = " or ".join(names) if len(names) > 1 else names[0]
     reasons = []
-    if "quantile" in found["refused_by"]:
+    if "quantile" in described["refused_by"]:
         reasons.append(f"no class's {_quantile_name(rule.quantile)} probability reaches {rule.threshold:g}")
-    if rule.signal in found["refused_by"]:
+    if rule.signal in described["refused_by"]:
         reasons.append(f"{rule.signal.replace('_', ' ')} {float(scores[rule.signal][0]):.3g} bits > "
                        f"{rule.cut:.3g}")
-    return {**found, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
+    return {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
             "quantiles": decision.quantile_probs[0].cpu().tolist(),
             "uncertainty": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
 

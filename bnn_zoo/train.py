@@ -92,11 +92,11 @@ def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dic
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
     log(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names))
-    found = {"bayes": {**train_phase(bayes, cfg, splits, run_id, log, stored), "kl_estimator": kl}}
+    results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, log, stored), "kl_estimator": kl}}
     if cfg.train.twin:
-        found["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, log,
+        results["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, log,
                                     stored and stored["twin"])
-    return found
+    return results
 
 
 def member_config(cfg: DictConfig, member: Run) -> DictConfig:
@@ -118,9 +118,9 @@ def train_member(cfg: DictConfig, index: int, splits: Splits, device) -> dict:
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed + index)
         _begin(run, cfg, stored)
-        found = train_network(cfg, run, splits, device, stored)
-        _finish(run, {"config": config_dict(cfg), **found})
-    return {part: {k: v for k, v in figures.items() if k != "history"} for part, figures in found.items()}
+        results = train_network(cfg, run, splits, device, stored)
+        _finish(run, {"config": config_dict(cfg), **results})
+    return {part: {k: v for k, v in figures.items() if k != "history"} for part, figures in results.items()}
 
 
 def _begin(run: Run, cfg: DictConfig, stored: dict | None) -> None:
@@ -153,14 +153,14 @@ def run_hmc(cfg: DictConfig, splits: Splits, run: Run) -> dict:
 @torch.no_grad()
 def test_ensemble(cfg: DictConfig, splits: Splits, run: Run, device) -> dict:
     """The test figures of the ensemble's mixtures (guides, and twins: the deep ensemble)."""
-    found = {}
+    results = {}
     trained = run.load(device)
     for part, posterior in posteriors(trained).items():
         probs = posterior.predict(splits.test.x, cfg.train.test_samples)
         test = prefixed("test", trained.model.likelihood.metrics(probs, splits.test.y))
-        found[part] = {"label": posterior.label, **test}
+        results[part] = {"label": posterior.label, **test}
         log(f"{posterior.label} test: {figures(test)}")
-    return found
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,11 +194,11 @@ def read_calibration(path: Path) -> dict:
     if not path.is_file():
         return {}
     fix = f"delete it or write it again: python -m bnn_zoo.calibrate {path.parent}"
-    found = read_json(path, "calibration bnn-zoo wrote", fix)
+    calibration = read_json(path, "calibration bnn-zoo wrote", fix)
     try:
         for part in PARTS:
-            if "rule" in found.get(part, {}):
-                Rule.from_dict(found[part]["rule"])
-        return found
+            if "rule" in calibration.get(part, {}):
+                Rule.from_dict(calibration[part]["rule"])
+        return calibration
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); {fix}") from None

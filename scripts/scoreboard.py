@@ -100,17 +100,17 @@ def training_seconds(run_dir: str) -> dict[str, float]:
     paths = [r / "metrics.json" for r in runs if (r / "metrics.json").is_file()]
     fix = "train the run again, or delete the file to leave its training time out"
     metrics = [read_json(path, "metrics file bnn-zoo wrote", fix) for path in paths]
-    found = {}
+    seconds = {}
     try:
         for part in (BAYES, TWIN):
             if metrics and part in metrics[0]:
-                found[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
+                seconds[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
         if metrics and HMC in metrics[0]:
-            found[HMC] = found.get(BAYES, 0.0) + metrics[0][HMC]["seconds"]  # NUTS starts after SVI
+            seconds[HMC] = seconds.get(BAYES, 0.0) + metrics[0][HMC]["seconds"]  # NUTS starts after SVI
     except (KeyError, TypeError, AttributeError) as err:
         raise ConfigError(f"{' or '.join(map(str, paths))} lacks the training times the scoreboard reads "
                           f"({err.__class__.__name__}: {err}); {fix}") from None
-    return found
+    return seconds
 
 
 def _cell(value, percent: bool) -> str:
@@ -179,15 +179,15 @@ def plot_ladder(runs: dict[str, ScoredRun], out: Path) -> None:
 
 def plot(runs: dict[str, ScoredRun], out: Path) -> None:
     for name, run in runs.items():
-        found = run.evaluation.posteriors
+        results = run.evaluation.posteriors
         rows = {"Bayesian, certified rule": {}, "Bayesian, quantile rule": {}, "twin, certified rule": {}}
         for ood in run.sets:
-            bayes = found[BAYES].ood[ood]
+            bayes = results[BAYES].ood[ood]
             rows["Bayesian, certified rule"][ood] = {"refused": bayes.refused, "auroc": max(
                 d.auroc for d in (bayes.by_entropy, bayes.by_mutual_information) if d)}
             rows["Bayesian, quantile rule"][ood] = {"refused": bayes.refused_by_quantile_rule}
-            if TWIN in found:
-                twin = found[TWIN].ood[ood]
+            if TWIN in results:
+                twin = results[TWIN].ood[ood]
                 rows["twin, certified rule"][ood] = {"refused": twin.refused, "auroc": twin.by_entropy.auroc}
         plots.scoreboard(rows, run.sets, out / f"scoreboard_{Path(name).name}.png")
 

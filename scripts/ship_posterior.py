@@ -43,9 +43,9 @@ def main(argv=None) -> int:
     def command() -> int:
         for path in ship(args.run_dir, args.name):
             print(f"{path}: {path.stat().st_size / 2 ** 20:.2f} MiB")
-        found = compare(args.run_dir, args.name, args.samples, args.test_size, args.seed)
-        for part in found["run"]:
-            run, shipped = found["run"][part], found["shipped"][part]
+        compared = compare(args.run_dir, args.name, args.samples, args.test_size, args.seed)
+        for part in compared["run"]:
+            run, shipped = compared["run"][part], compared["shipped"][part]
             for name, a, b in (("accuracy", run.accuracy, shipped.accuracy), ("nll", run.nll, shipped.nll),
                                ("refused", run.refused, shipped.refused),
                                ("accuracy_accepted", run.accuracy_accepted, shipped.accuracy_accepted)):
