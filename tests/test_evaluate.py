@@ -139,3 +139,23 @@ def test_evaluation_draws_from_its_seed_and_leaves_the_caller_s_random_stream(ce
     again = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5)
     figures = lambda e: {part: (r.test, r.ood) for part, r in e.posteriors.items()}  # noqa: E731 (not the timings)
     assert figures(again) == figures(first)
+
+
+def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certified_run):
+    """Why evaluate_run (like train, calibrate_run and predict) runs with module-local parameters,
+    not only the command lines: under Pyro's global store a PyroModule takes the store's value of a
+    parameter of its name, so a caller's own "locs.net..." would silently replace the run's weights."""
+    import torch
+
+    from bnn_zoo.data import normalize
+    from bnn_zoo.evaluate import evaluate_run
+
+    clean = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1)
+    trained = load(certified_run)
+    trained.guide(normalize(torch.zeros(1, 28, 28, dtype=torch.uint8)))  # global mode: its parameters enter the store
+    store = pyro.get_param_store()
+    assert any(".locs.net." in name for name in store.keys())
+    for name in list(store.keys()):
+        store[name] = torch.zeros_like(store[name]) + 0.5  # a caller's own values under the same names
+    crowded = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1)
+    assert crowded.posteriors["bayes"].test == clean.posteriors["bayes"].test
