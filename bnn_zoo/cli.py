@@ -97,3 +97,6 @@ def run(command: Callable[[], int]) -> int:
     except (UserError, FileNotFoundError, ValueError) as err:  # API checks raise ValueError
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a file or folder the system refused (permissions, say): named, not a traceback
+        print(f"error: {err.filename or 'a file'}: {err.strerror or err}", file=sys.stderr)
+        return 2

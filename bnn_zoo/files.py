@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Union
 
@@ -25,7 +26,8 @@ PROBE_BYTES = 1 << 20  # check_writable writes this much: a nearly full disk fai
 
 
 def write_atomic(path: str | Path, content: Content) -> None:
-    """Write ``content`` to ``path`` whole: to ``path.tmp`` (created afresh, never through a link),
+    """Write ``content`` to ``path`` whole: to a temporary file of a name of its own beside it
+    (``.NAME.XXXXXXXX.tmp``, created afresh, so never through a link and never another writer's),
     synced, then renamed over ``path``. A symbolic link at ``path`` itself is refused."""
     path = Path(path)
     try:
@@ -35,9 +37,10 @@ def write_atomic(path: str | Path, content: Content) -> None:
     if link:
         raise StorageError(f"{path} is a symbolic link; bnn-zoo writes only files it makes: remove the link "
                            "or write elsewhere")
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = None
     try:
-        with _create(tmp) as f:
+        f, tmp = _create(path.parent, f".{path.name}.")
+        with f:
             if callable(content):
                 content(f)
             else:
@@ -54,18 +57,18 @@ def write_atomic(path: str | Path, content: Content) -> None:
         raise
 
 
-def _create(path: Path) -> BinaryIO:
-    """A new file at ``path`` opened for writing: a stale file or link there is removed first (the
-    link itself, not what it points to), and O_EXCL | O_NOFOLLOW refuse anything planted meanwhile."""
-    if path.is_symlink() or path.exists():
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
-    return os.fdopen(fd, "wb")
+def _create(folder: Path, prefix: str) -> tuple[BinaryIO, Path]:
+    """A new file of a random name in ``folder``, opened for writing (``tempfile.mkstemp``: O_EXCL, so
+    nothing planted there is followed or reused), readable as a written file is (0644)."""
+    fd, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+    os.fchmod(fd, 0o644)
+    return os.fdopen(fd, "wb"), Path(name)
 
 
-def _discard(tmp: Path) -> None:
+def _discard(tmp: Path | None) -> None:
     try:
-        tmp.unlink()
+        if tmp is not None:
+            tmp.unlink()
     except OSError:
         pass
 
@@ -87,9 +90,10 @@ def check_writable(folder: str | Path, size: int = PROBE_BYTES) -> None:
     missing, a dangling link, a name too long), instead of after the work that would write it."""
     folder = Path(folder)
     _refuse_dangling(folder)
-    probe = folder / f".bnn_zoo_probe_{os.getpid()}"
+    probe = None
     try:
-        with _create(probe) as f:
+        f, probe = _create(folder, ".bnn_zoo_probe.")
+        with f:
             f.write(bytes(size))
             f.flush()
             os.fsync(f.fileno())

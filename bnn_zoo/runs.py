@@ -14,12 +14,11 @@ Usage::
 from __future__ import annotations
 
 import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .files import check_writable, make_folder, open_lock, write_atomic
 from .trained import Trained, load, member_dirs
 
@@ -48,8 +47,14 @@ class Run:
     metrics = property(lambda self: self.dir / "metrics.json", doc="training's figures")
 
     def member(self, i: int) -> "Run":
-        """Ensemble member ``i`` (1, 2, ...; member 0 is this run), a run of its own in MEMBERS/i."""
-        return Run(member_dirs(self.dir, i + 1)[-1])
+        """Ensemble member ``i`` (1, 2, ...; member 0 is this run), a run of its own in MEMBERS/i,
+        inside this run's folder (a symbolic link there, to another run's member say, is refused)."""
+        folder = member_dirs(self.dir, i + 1)[-1]
+        for path in (folder.parent, folder):
+            if path.is_symlink():
+                raise StorageError(f"{path} is a symbolic link; an ensemble's members live in its own folder: "
+                                   "remove the link")
+        return Run(folder)
 
     def claim(self, overwrite: bool = False, resuming: bool = False):
         """``claim`` this run's directory (a context manager)."""
@@ -80,7 +85,8 @@ def owned(run_dir: Path) -> bool:
 def member_runs(run_dir: Path) -> list[Path]:
     """The ensemble members' run directories inside ``run_dir`` (MEMBERS/N that a run wrote)."""
     folder = run_dir / MEMBERS
-    folders = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()] if folder.is_dir() else []
+    real = folder.is_dir() and not folder.is_symlink()  # a linked members folder is not this run's
+    folders = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()] if real else []
     return sorted((p for p in folders if p.name.isdigit() and owned(p)), key=lambda p: int(p.name))
 
 
@@ -138,10 +144,10 @@ def remove_run_files(run_dir: Path) -> None:
     _remove_if_empty(run_dir / MEMBERS)
     for name in RUN_FILES:
         path = run_dir / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
+        if path.is_symlink() or path.is_file():  # a folder of a run file's name is a person's, not the run's
             path.unlink()
+        for tmp in run_dir.glob(f".{name}.*.tmp"):  # left by a write a kill interrupted
+            tmp.unlink()
     (run_dir / MARK).unlink(missing_ok=True)
 
 

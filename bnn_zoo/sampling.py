@@ -96,8 +96,12 @@ def seeded(seed: int, device: torch.device | str = "cpu") -> Iterator[None]:
     Usage: ``with seeded(0, trained.device): probs = predict(model, guide, x)``
     """
     device = torch.device(device)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        torch.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)  # this GPU's generator only: the others are not forked
         yield
 
 

@@ -59,12 +59,13 @@ def train(cfg: DictConfig) -> dict:
     cfg = resolved(cfg)
     device = pick_device(cfg.device)
     run = Run(cfg.run_dir)
-    members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
     with run.claim(cfg.overwrite, resuming=bool(cfg.resume)):
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = load_splits(cfg, device)  # before the old run goes (overwrite=true): its data may be missing
         _begin(run, cfg, stored)
+        # after the old run's files went (overwrite=true), before any member trains
+        members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
         log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
             f"guide {cfg.model.guide}, run directory {run.dir}")
         metrics = {"config": config_dict(cfg), **train_network(cfg, run, splits, device, stored)}

@@ -40,11 +40,48 @@ def test_a_planted_link_at_the_temporary_name_is_not_written_through(tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("the user's own file")
     run = make_folder(tmp_path / "run")
-    (run / "metrics.json.tmp").symlink_to(outside)
+    for name in ("metrics.json.tmp", ".metrics.json.tmp"):  # the temporary names a writer could be guessed to use
+        (run / name).symlink_to(outside)
     write_atomic(run / "metrics.json", "{}")
     assert outside.read_text() == "the user's own file"
     assert (run / "metrics.json").read_text() == "{}" and not (run / "metrics.json").is_symlink()
-    assert not (run / "metrics.json.tmp").exists()
+    assert not list(run.glob(".metrics.json.*.tmp"))  # its own temporary file renamed, none left
+
+
+def test_two_writers_of_one_file_each_write_whole(tmp_path):
+    """Each write has a temporary file of its own: a second writer never takes the first one's."""
+    import threading
+
+    from bnn_zoo import files
+
+    path, started, go = tmp_path / "calibration.json", threading.Event(), threading.Event()
+    real, errors = files._create, []
+
+    def slow_first(folder, prefix):  # the first writer waits, its temporary file open, while the second writes
+        f, tmp = real(folder, prefix)
+        if not started.is_set():
+            started.set()
+            go.wait(10)
+        return f, tmp
+
+    def write(text):
+        try:
+            write_atomic(path, text)
+        except StorageError as err:
+            errors.append(err)
+
+    files._create = slow_first
+    try:
+        first = threading.Thread(target=write, args=("A" * 1000,))
+        first.start()
+        started.wait(10)
+        write("B" * 1000)
+        assert path.read_text() == "B" * 1000
+        go.set()
+        first.join(10)
+    finally:
+        files._create = real
+    assert errors == [] and path.read_text() == "A" * 1000 and not list(tmp_path.glob("*.tmp"))
 
 
 def test_a_link_at_the_target_is_refused(tmp_path):
@@ -76,7 +113,7 @@ def test_a_failed_write_keeps_the_old_file_and_says_so(tmp_path, monkeypatch):
     with pytest.raises(StorageError, match=r"cannot write .*metrics.json \(No space left on device\); "
                                            r"metrics.json keeps its previous content"):
         write_atomic(path, "new")
-    assert path.read_text() == "old" and not (tmp_path / "metrics.json.tmp").exists()
+    assert path.read_text() == "old" and not list(tmp_path.glob(".metrics.json.*.tmp"))
 
 
 def test_a_full_disk_keeps_the_old_file(tmp_path):

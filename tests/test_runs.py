@@ -123,7 +123,7 @@ def test_a_planted_link_in_a_run_directory_is_not_written_through(tmp_path):
     outside.write_text("the user's")
     run = tmp_path / "run"
     run.mkdir()
-    (run / "checkpoint.pt.tmp").symlink_to(outside)
+    (run / ".checkpoint.pt.tmp").symlink_to(outside)
     train(tiny_config("toy_mlp", run_dir=str(run), **TOY))
     assert outside.read_text() == "the user's" and load(run).epoch == 4
     (run / ".lock").unlink()
@@ -178,11 +178,11 @@ def test_a_disk_that_fills_during_training_keeps_the_last_checkpoint(tmp_path, m
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
     real, writes = files._create, []
 
-    def full_at_checkpoints(path):  # the resumed plan is stored, then the disk is full at epoch 6
-        writes.append(path.name)
-        if path.name == "checkpoint.pt.tmp" and writes.count(path.name) > 1:
+    def full_at_checkpoints(folder, prefix):  # the resumed plan is stored, then the disk is full at epoch 6
+        writes.append(prefix)
+        if prefix == ".checkpoint.pt." and writes.count(prefix) > 1:
             raise OSError(28, "No space left on device")
-        return real(path)
+        return real(folder, prefix)
 
     monkeypatch.setattr(files, "_create", full_at_checkpoints)
     with pytest.raises(StorageError, match=r"checkpoint.pt keeps its previous content; stopped. \S+checkpoint.pt "
@@ -190,3 +190,37 @@ def test_a_disk_that_fills_during_training_keeps_the_last_checkpoint(tmp_path, m
         train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=6"]))
     monkeypatch.undo()
     assert load(tmp_path).epoch == 4
+
+
+def test_an_ensemble_replaced_with_overwrite_trains_every_member_afresh(tmp_path):
+    ensemble = {**TOY, "train.members": 2, "train.test_samples": 4}
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **ensemble))
+    before = (tmp_path / "members" / "1" / CHECKPOINT).read_bytes()
+    metrics = train(tiny_config("toy_mlp", run_dir=str(tmp_path), seed=7, overwrite=True, **ensemble))
+    assert len(metrics["members"]) == 1 and (tmp_path / "members" / "1" / CHECKPOINT).read_bytes() != before
+    assert [m.epoch for m in load(tmp_path).members] == [4]
+
+
+def test_links_among_an_ensemble_s_members_are_neither_followed_nor_deleted(tmp_path):
+    ensemble = {**TOY, "train.members": 2, "train.test_samples": 4}
+    other = tmp_path / "other"
+    train(tiny_config("toy_mlp", run_dir=str(other), **ensemble))
+    kept = {p: p.read_bytes() for p in (other / "members" / "1").iterdir() if p.is_file()}
+    replaced = tmp_path / "b"
+    train(tiny_config("toy_mlp", run_dir=str(replaced), **TOY))
+    (replaced / "members").symlink_to(other / "members")  # a link to another run's members
+    train(tiny_config("toy_mlp", run_dir=str(replaced), seed=3, overwrite=True, **TOY))
+    adopting = tmp_path / "c"
+    (adopting / "members").mkdir(parents=True)
+    (adopting / "members" / "1").symlink_to(other / "members" / "1")
+    with pytest.raises(StorageError, match=r"members/1 is a symbolic link; an ensemble's members live in its own"):
+        train(tiny_config("toy_mlp", run_dir=str(adopting), **ensemble))
+    assert {p: p.read_bytes() for p in (other / "members" / "1").iterdir() if p.is_file()} == kept
+
+
+def test_overwrite_leaves_a_folder_that_only_has_a_run_file_s_name(tmp_path):
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
+    (tmp_path / "eval.json").mkdir()
+    (tmp_path / "eval.json" / "notes.txt").write_text("precious")
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), seed=1, overwrite=True, **TOY))
+    assert (tmp_path / "eval.json" / "notes.txt").read_text() == "precious"
