@@ -11,6 +11,7 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -66,11 +67,10 @@ def _create(folder: Path, prefix: str) -> tuple[BinaryIO, Path]:
 
 
 def _discard(tmp: Path | None) -> None:
-    try:
-        if tmp is not None:
+    """Remove a temporary file this process made, if it is still there."""
+    if tmp is not None:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-    except OSError:
-        pass
 
 
 def open_lock(path: Path):

@@ -13,6 +13,7 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -152,10 +153,8 @@ def remove_run_files(run_dir: Path) -> None:
 
 
 def _remove_if_empty(folder: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # missing, or it holds someone's files
         folder.rmdir()
-    except OSError:  # missing, or it holds someone's files
-        pass
 
 
 def _lock(f) -> bool:

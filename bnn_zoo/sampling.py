@@ -89,17 +89,19 @@ def positive_sizes(num_samples, chunk_size: int, batch_size: int) -> None:
 
 
 @contextmanager
-def seeded(seed: int, device: torch.device | str = "cpu") -> Iterator[None]:
+def seeded(seed: Optional[int], device: torch.device | str = "cpu") -> Iterator[None]:
     """Draws inside the block come from ``seed`` (torch's generator, which Pyro's samplers use, and
-    ``device``'s where it is a GPU); the caller's random streams are as they were once it ends.
+    ``device``'s where it is a GPU; None: from wherever the streams are); the caller's random
+    streams are as they were once it ends.
 
     Usage: ``with seeded(0, trained.device): probs = predict(model, guide, x)``
     """
     device = torch.device(device)
     cuda = device.type == "cuda"
     with torch.random.fork_rng(devices=[device] if cuda else []):
-        torch.default_generator.manual_seed(seed)
-        if cuda:
+        if seed is not None:
+            torch.default_generator.manual_seed(seed)
+        if cuda and seed is not None:
             with torch.cuda.device(device):
                 torch.cuda.manual_seed(seed)  # this GPU's generator only: the others are not forked
         yield

@@ -22,6 +22,7 @@ from .config import make_config, pick_device
 from .errors import CheckpointError, ConfigError
 from .factory import build_from_config, twin_from_config
 from .files import read_json
+from .sampling import seeded
 from .twin import Twin
 
 SHIPPED = Path(__file__).resolve().parent / "posteriors"  # trained posteriors inside the package
@@ -159,7 +160,7 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
         cfg = make_config(stored_config(state))
     except ConfigError as err:
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err}); train the run again") from None
-    with _own_draws(device):  # the initial weights, about to be replaced, are drawn from no caller's stream
+    with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_from_config(cfg, state.get("num_data"), device)
     _load_state(model, state["model"], path)
     _load_state(guide, full(state["guide"]), path)
@@ -170,18 +171,12 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
         if twin_state.get("run") != state.get("run"):
             raise CheckpointError(f"{twin_path} is the twin of another run than {path} (their run ids "
                                   "differ): delete it, or train the twin again with this run")
-        with _own_draws(device):
+        with seeded(None, device):
             twin = twin_from_config(cfg, device)
         _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), calibration,
                    run=state.get("run"))
-
-
-def _own_draws(device):
-    """Random draws inside the block leave the caller's generators (CPU, and ``device``'s) as they were."""
-    device = torch.device(device)
-    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:

@@ -83,13 +83,14 @@ def ood_sets(run_dir: str) -> tuple[list[str], list[str]]:
     return list(DEFAULT_OOD[data]), list(NEAR_FOR[data])
 
 
-def score(run_dir: str, samples: int, ood_size: int, near_size: int, **kwargs) -> ScoredRun:
+def score(run_dir: str, samples: int, ood_size: int, near_size: int, train_seconds: dict[str, float],
+          **kwargs) -> ScoredRun:
     far, near = ood_sets(run_dir)
     sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
     evaluation = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
     near = [n for n in near if n not in evaluation.skipped]
     fonts = [Path(f).name for f in font_files()] if "letters" in near else None  # letters are drawn in them
-    return ScoredRun(evaluation, far, near, training_seconds(run_dir), fonts)
+    return ScoredRun(evaluation, far, near, train_seconds, fonts)
 
 
 def training_seconds(run_dir: str) -> dict[str, float]:
@@ -206,9 +207,9 @@ def main(argv=None) -> int:
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out {out} is a file; give a folder for the scoreboard's files")
         check_writable(make_folder(out))  # before the work, not after
-        for run in args.runs:
-            training_seconds(run)  # a damaged metrics.json is named now, not after the evaluation
-        runs = {run: score(run, args.samples, args.ood_size, args.near_size, seed=args.seed,
+        # read first: a damaged metrics.json is named now, not after the evaluation
+        seconds = {run: training_seconds(run) for run in args.runs}
+        runs = {run: score(run, args.samples, args.ood_size, args.near_size, seconds[run], seed=args.seed,
                            test_size=args.test_size, data_root=args.data_root, device=args.device)
                 for run in args.runs}
         write_atomic(out / "scoreboard.json", json.dumps({name: run.to_dict() for name, run in runs.items()}, indent=2))
