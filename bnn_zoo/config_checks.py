@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .calibration import check_settings
+from .capture import MODES as CAPTURE_MODES
 from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
@@ -67,6 +68,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
     choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
                "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
+               "train.capture": ("auto", *CAPTURE_MODES),
                "train.lr_schedule": ("constant", "cosine", "step")}
     for key, allowed in choices.items():
         if OmegaConf.select(cfg, key) not in allowed:

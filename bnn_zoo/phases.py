@@ -11,14 +11,16 @@ Usage::
 """
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import pyro
 import torch
 from omegaconf import DictConfig
 
+from .capture import CapturedStep, NotCaptured, choose
 from .data import TensorSet
 from .elbo import SplitELBO
 from .factory import build_from_config, twin_from_config
@@ -61,29 +63,45 @@ class Phase(Protocol):
 class BayesPhase:
     """SVI of the Bayesian network: Adam on the guide's parameters and the model's own (a learned
     prior or noise), the negative ELBO of ``SplitELBO`` (inside ``LocalReparameterization`` when
-    model.reparam=local), its data-fit and KL parts logged per epoch. Build and run it with
-    module-local parameters; the steps run without Pyro's argument validation (they cost a third of
-    a mnist_mlp step; the traced run of ``kl_estimators`` before training keeps them on)."""
+    model.reparam=local), its data-fit and KL parts logged per epoch; the step captured as
+    ``train.capture`` says (``bnn_zoo.capture``). Build and run it with module-local parameters;
+    the steps run without Pyro's argument validation (they cost a third of a mnist_mlp step; the
+    traced run of ``kl_estimators`` before training keeps them on)."""
 
     label = "bayes"
     sampled = True
 
-    def __init__(self, cfg: DictConfig, num_data: int, device, path: Path | None = None):
+    def __init__(self, cfg: DictConfig, num_data: int, device, path: Path | None = None,
+                 log: Callable[[str], None] = print):
         t = cfg.train
         self.model, self.guide = build_from_config(cfg, num_data, device)
         self.elbo = SplitELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
         self.reparam = LocalReparameterization if cfg.model.reparam == "local" else nullcontext
-        self.path, self.epochs, self.lr, self.num_data = path, t.epochs, t.lr, num_data
+        self.path, self.epochs, self.lr, self.num_data, self.log = path, t.epochs, t.lr, num_data, log
         self.per_example = 1.0 / num_data
         self._data_fit = torch.zeros((), device=device)  # summed over the epoch's minibatches
+        self.capture = choose(t.capture, t.epochs * math.ceil(num_data / t.batch_size), device)
+        self._captured = None if self.capture == "eager" else \
+            CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log)
 
     def parameters(self) -> list[torch.Tensor]:
         return [*self.guide.parameters(), *self.model.parameters()]
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _loss_and_data_fit(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with self.reparam():
             loss, parts = self.elbo.loss_and_parts(self.model, self.guide, x, y)
-        self._data_fit = self._data_fit + parts.data_fit
+        return loss, parts.data_fit
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self._captured is not None:
+            try:
+                loss, data_fit = self._captured(x, y)
+            except NotCaptured as err:
+                self.log(f"train.capture={self.capture}: cannot capture the step ({err}); it runs uncaptured")
+                self._captured = None
+        if self._captured is None:
+            loss, data_fit = self._loss_and_data_fit(x, y)
+        self._data_fit = self._data_fit + data_fit
         return loss
 
     def end_epoch(self, record: dict) -> None:

@@ -23,6 +23,7 @@ from .errors import ConfigError
 RESUMABLE = ("train.members", "train.epochs", "train.twin_epochs", "train.lr", "train.twin_lr", "train.lr_schedule",
              "train.lr_min_factor", "train.lr_step", "train.lr_gamma", "train.eval_every",
              "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
+             "train.capture",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
              "abstention", "mcmc")
 

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from . import cli, plots
 from .calibrate import calibrate_run, summary
+from .capture import DESCRIBED
 from .checkpoint import config_dict, replace_config, save_atomic
 from .config import make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, Splits, load_splits
@@ -89,10 +90,11 @@ def train(cfg: DictConfig) -> dict:
 def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dict | None) -> dict:
     """The phases of one network: the Bayesian network, then its twin (``train.twin``)."""
     run_id = stored["run"] if stored else uuid.uuid4().hex
-    bayes = BayesPhase(cfg, len(splits.train), device, run.checkpoint)
+    bayes = BayesPhase(cfg, len(splits.train), device, run.checkpoint, log)
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
     log(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
-        ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names))
+        ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
+        f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={cfg.train.capture})")
     results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, log, stored), "kl_estimator": kl}}
     if cfg.train.twin:
         results["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, log,

@@ -1,56 +1,23 @@
-"""Training and prediction speed of the zoo, side by side with a hand-written Bayes by Backprop in
-plain PyTorch and with the deterministic twin; prediction against a loop over posterior samples;
-the variance of the gradient with and without local reparameterization. (The time to a
-validation accuracy is scripts/time_to_accuracy.py.)
+"""Prediction speed of the zoo against a loop over posterior samples (Pyro's ``Predictive``), and
+the variance of the gradient with and without local reparameterization. (The training step beside
+the peers is scripts/peers.py; the time to a validation accuracy is scripts/time_to_accuracy.py.)
 
 Each measurement runs in its own process (so peak memory is its own) on synthetic inputs of the
 real shapes (speed does not depend on pixel values); the gradient variance on an MNIST minibatch.
 
-Usage: python scripts/benchmark.py [--archs toy_mlp mnist_mlp lenet] [--device auto] [--steps 50]
-           [--repeats 3] [--json results.json]
+Usage: python scripts/benchmark.py [--archs mnist_mlp lenet] [--device auto] [--predict-repeats 1]
+           [--json results.json]
 """
 import argparse
 import json
-import math
 import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 
-# zoo: the training step as python -m bnn_zoo.train runs it by default (TraceMeanField_ELBO, one
-# weight draw per minibatch); zoo_local: with model.reparam=local; zoo_trace: with train.elbo=trace.
-ZOO_VARIANTS = {"zoo": [], "zoo_local": ["model.reparam=local"], "zoo_trace": ["train.elbo=trace"]}
-TRAINING = (*ZOO_VARIANTS, "bbb", "twin")
 PREDICTION = ("predict", "loop")
-
-
-# ---- the baseline: Bayes by Backprop written by hand in plain PyTorch ----
-
-def bayes_by_backprop(net, prior_scale: float = 1.0, init_scale: float = 0.01):
-    """Blundell et al.'s Bayes by Backprop for any plain network: a Normal posterior per weight,
-    w = mu + softplus(rho) * eps (one draw per minibatch), a N(0, prior_scale^2) prior with its
-    closed-form KL. Returns (parameters, loss(x, y, num_batches)): the minibatch's summed NLL plus
-    KL / number of batches."""
-    import torch
-    import torch.nn.functional as F
-    from torch.func import functional_call
-
-    names = [n for n, _ in net.named_parameters()]
-    mus = [p.detach().clone().requires_grad_() for p in net.parameters()]
-    rhos = [torch.full_like(p, math.log(math.expm1(init_scale))).requires_grad_() for p in net.parameters()]
-
-    def loss(x, y, num_batches: int):
-        sigmas = [F.softplus(r) for r in rhos]
-        weights = {n: m + s * torch.randn_like(s) for n, m, s in zip(names, mus, sigmas)}
-        nll = F.cross_entropy(functional_call(net, weights, (x,)), y, reduction="sum")
-        kl = sum((math.log(prior_scale) - s.log() + (s ** 2 + m ** 2) / (2 * prior_scale ** 2) - 0.5).sum()
-                 for m, s in zip(mus, sigmas))
-        return nll + kl / num_batches
-
-    return mus + rhos, loss
 
 
 # ---- one measurement, in a child process ----
@@ -87,53 +54,6 @@ def _timed(fn, repeats: int, device) -> list[float]:
     return times
 
 
-def training_step(method: str, arch: str, device, batch_size: int):
-    """A closure running one optimizer step of ``method`` on a batch, as training does it."""
-    import torch
-
-    from bnn_zoo.factory import twin_from_config
-    from bnn_zoo.config import load_config, resolved
-    from bnn_zoo.loop import adam
-    from bnn_zoo.phases import BayesPhase
-    from bnn_zoo.zoo import architecture, make_net
-
-    cfg = resolved(load_config(arch, [f"train.batch_size={batch_size}", *ZOO_VARIANTS.get(method, [])]))
-    spec = architecture(arch)
-    num_data = 55000  # the size of a training set; speed does not depend on it
-    if spec.likelihood == "categorical":
-        target = lambda n: torch.randint(0, 10, (n,), device=device)  # noqa: E731
-    else:
-        target = lambda n: torch.randn(n, device=device)  # noqa: E731
-    batches = [(torch.randn(batch_size, *spec.input_shape, device=device), target(batch_size))
-               for _ in range(8)]
-    stepping = nullcontext
-    if method in ZOO_VARIANTS:
-        phase = BayesPhase(cfg, num_data, device)
-        optimizer, loss_fn, stepping = adam(phase.parameters(), cfg.train.lr), phase.loss, phase.stepping
-    elif method == "twin":
-        twin = twin_from_config(cfg, device)
-        optimizer, loss_fn = adam(twin.parameters(), cfg.train.lr), twin.loss
-    elif method == "bbb":
-        if spec.likelihood != "categorical":
-            return None  # the baseline is a classifier
-        params, bbb_loss = bayes_by_backprop(make_net(arch, cfg.model.hidden).to(device))
-        optimizer = torch.optim.Adam(params, lr=cfg.train.lr)
-        loss_fn = lambda x, y: bbb_loss(x, y, math.ceil(num_data / batch_size))  # noqa: E731
-    else:
-        raise ValueError(f"unknown training method {method!r}")
-    state = {"i": 0}
-
-    def step():
-        x, y = batches[state["i"] % len(batches)]
-        state["i"] += 1
-        optimizer.zero_grad(set_to_none=True)
-        with stepping():  # as python -m bnn_zoo.train runs its steps
-            loss_fn(x, y).backward()
-        optimizer.step()
-
-    return step
-
-
 def prediction_run(method: str, arch: str, device, num_samples: int, num_images: int, chunk_size: int):
     """A closure ``run(n)`` predicting ``num_samples`` posterior samples for the first n of ``num_images`` inputs."""
     import torch
@@ -162,20 +82,10 @@ def measure(spec: dict) -> dict:
 
     torch.manual_seed(0)
     device = pick_device(spec["device"])
-    training_step("zoo", "toy_mlp", device, 2)()  # one-off lazy initialization (~160 MB of RSS)
+    prediction_run("predict", "toy_mlp", device, 2, 2, 1)(2)  # one-off lazy initialization (~160 MB of RSS)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start_rss = _rss_mb()
-    if spec["kind"] == "train":
-        step = training_step(spec["method"], spec["arch"], device, spec["batch_size"])
-        if step is None:
-            return {}
-        for _ in range(spec["warmup"]):
-            step()
-        times = _timed(lambda: [step() for _ in range(spec["steps"])], spec["repeats"], device)
-        seconds = statistics.median(times)
-        return {"steps_per_s": spec["steps"] / seconds, "images_per_s": spec["steps"] * spec["batch_size"] / seconds,
-                "peak_mb": _peak_mb(device, start_rss), "repeats_s": times}
     run = prediction_run(spec["method"], spec["arch"], device, spec["samples"], spec["images"], spec["chunk_size"])
     run(min(200, spec["images"]))  # warm-up on a slice
     times = _timed(lambda: run(spec["images"]), spec["predict_repeats"], device)
@@ -231,20 +141,15 @@ def _child(spec: dict) -> dict:
 # ---- the report ----
 
 def run_benchmark(args) -> dict:
-    base = {"device": args.device, "repeats": args.repeats}
-    results = {"device": args.device, "posterior_sd": args.posterior_sd, "steps": args.steps,
-               "repeats": args.repeats, "batch_size": args.batch_size,
-               "train": {}, "gradient_variance": {}, "predict": {}}
+    base = {"device": args.device}
+    results = {"device": args.device, "posterior_sd": args.posterior_sd, "batch_size": args.batch_size,
+               "gradient_variance": {}, "predict": {}}
     for arch in args.archs:
-        results["train"][arch] = {m: _child({**base, "kind": "train", "method": m, "arch": arch,
-                                            "steps": args.steps, "warmup": args.warmup,
-                                            "batch_size": args.batch_size}) for m in TRAINING}
-    for arch in [a for a in args.archs if a != "toy_mlp"]:
         results["gradient_variance"][arch] = _child({**base, "kind": "gradvar", "arch": arch,
                                                     "batch_size": args.batch_size, "draws": args.draws,
                                                     "posterior_sd": args.posterior_sd,
                                                     "data_root": args.data_root})
-    for arch in [a for a in args.archs if a != "toy_mlp"]:
+    for arch in args.archs:
         results["predict"][arch] = {m: _child({**base, "kind": "predict", "method": m, "arch": arch,
                                               "samples": args.samples, "images": args.images,
                                               "predict_repeats": args.predict_repeats,
@@ -253,24 +158,10 @@ def run_benchmark(args) -> dict:
 
 
 def report(results: dict) -> str:
-    lines = [f"training: batch {results['batch_size']}, median of {results['repeats']} repeats of "
-             f"{results['steps']} steps, device {results['device']}",
-             f"{'arch':<10}{'method':<10}{'steps/s':>10}{'images/s':>11}{'peak MB':>9}"
-             f"{'zoo/bbb':>9}{'zoo/twin':>10}"]
-    for arch, methods in results["train"].items():
-        for method, r in methods.items():
-            if not r:
-                continue
-            zoo = r["steps_per_s"]
-            ratios = (f"{zoo / methods['bbb']['steps_per_s']:>8.2f}x" if methods["bbb"] else f"{'-':>9}",
-                      f"{methods['twin']['steps_per_s'] / zoo:>9.2f}x") if method in ZOO_VARIANTS else ("", "")
-            lines.append(f"{arch:<10}{method:<10}{r['steps_per_s']:>10.1f}{r['images_per_s']:>11.0f}"
-                         f"{r['peak_mb']:>9.0f}{ratios[0]}{ratios[1]}")
-    lines.append("  zoo/bbb: the zoo's steps per second over the hand-written BbB's (higher is better); "
-                 "zoo/twin: how many times longer a zoo step takes than a twin step")
+    lines = []
     if results["gradient_variance"]:
         first = next(iter(results["gradient_variance"].values()))
-        lines += ["", f"gradient variance: {first['draws']} gradients on one {first['data']} minibatch of "
+        lines += [f"gradient variance: {first['draws']} gradients on one {first['data']} minibatch of "
                       f"{results['batch_size']}, mean over parameters (posterior sds all {results['posterior_sd']})",
                   f"{'arch':<10}{'of':<7}{'weights':>12}{'local':>12}{'weights/local':>15}"]
         for arch, r in results["gradient_variance"].items():
@@ -290,12 +181,9 @@ def report(results: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", nargs="+", default=["toy_mlp", "mnist_mlp", "lenet"])
+    parser.add_argument("--archs", nargs="+", default=["mnist_mlp", "lenet"])
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    parser.add_argument("--steps", type=int, default=50, help="training steps per repeat")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed training steps first")
-    parser.add_argument("--repeats", type=int, default=3, help="the median of repeats is reported")
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=128, help="the minibatch of the gradient variance")
     parser.add_argument("--samples", type=int, default=100, help="posterior samples in prediction")
     parser.add_argument("--images", type=int, default=10000, help="inputs in prediction (MNIST test: 10000)")
     parser.add_argument("--chunk-size", type=int, default=10, help="posterior samples per batched pass")

@@ -1,9 +1,10 @@
 """Train a shipped config until its posterior predictive reaches a validation accuracy (mnist_mlp
 98%, lenet 99%, checked every epoch): the epochs, training seconds (validation excluded) and wall
-seconds it took.
+seconds it took, with the training step captured and compiled and with Pyro's Python at every
+step (``train.capture``; the same draws either way, so the same epochs).
 
-Usage: python scripts/time_to_accuracy.py [--archs mnist_mlp lenet] [--device auto] [--json out.json]
-           [--override train.batch_size=256 ...]
+Usage: python scripts/time_to_accuracy.py [--archs mnist_mlp lenet] [--capture compile eager]
+           [--device auto] [--json out.json] [--override train.batch_size=256 ...]
 """
 import json
 import sys
@@ -11,19 +12,21 @@ import tempfile
 import time
 
 from bnn_zoo import cli
+from bnn_zoo.capture import MODES
 from bnn_zoo.config import load_config
 from bnn_zoo.train import train
 
 TARGETS = {"mnist_mlp": 0.98, "lenet": 0.99}
 
 
-def time_to_accuracy(arch: str, device: str = "auto", data_root: str | None = None,
+def time_to_accuracy(arch: str, capture: str = "compile", device: str = "auto", data_root: str | None = None,
                      overrides: tuple[str, ...] = ()) -> dict:
     target = TARGETS[arch]
     with tempfile.TemporaryDirectory() as run_dir:
         start = time.perf_counter()
         cfg = load_config(arch, [f"device={device}", f"run_dir={run_dir}", "train.twin=false", "train.eval_every=1",
                                  "train.progress=false", f"train.stop_at_accuracy={target}", "train.test_samples=10",
+                                 f"train.capture={capture}",
                                  *([f"data.root={data_root}"] if data_root else []), *overrides])
         history = train(cfg)["bayes"]["history"]
         wall = time.perf_counter() - start
@@ -36,6 +39,8 @@ def time_to_accuracy(arch: str, device: str = "auto", data_root: str | None = No
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("--archs", nargs="+", default=list(TARGETS), choices=list(TARGETS))
+    parser.add_argument("--capture", nargs="+", default=["compile", "eager"], choices=MODES,
+                        help="train.capture of the runs, one run each")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     parser.add_argument("--data-root", default=None, help="the MNIST folder (default $BNN_ZOO_DATA, then ./data)")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
@@ -43,12 +48,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        results = {arch: time_to_accuracy(arch, args.device, args.data_root, tuple(args.override))
-                   for arch in args.archs}
-        for arch, r in results.items():
-            print(f"time to {100 * r['target']:.0f}% validation accuracy, {arch}: "
-                  f"{'reached' if r['reached'] else 'NOT reached'} after {r['epochs']} epochs "
-                  f"({100 * r['val_accuracy']:.2f}%), {r['training_s']:.1f} s training, {r['wall_s']:.1f} s wall")
+        results = {arch: {capture: time_to_accuracy(arch, capture, args.device, args.data_root, tuple(args.override))
+                          for capture in args.capture} for arch in args.archs}
+        for arch, runs in results.items():
+            for capture, r in runs.items():
+                print(f"time to {100 * r['target']:.0f}% validation accuracy, {arch}, train.capture={capture}: "
+                      f"{'reached' if r['reached'] else 'NOT reached'} after {r['epochs']} epochs "
+                      f"({100 * r['val_accuracy']:.2f}%), {r['training_s']:.1f} s training, "
+                      f"{r['wall_s']:.1f} s wall")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=2)

@@ -1,0 +1,171 @@
+"""A captured training step: the tensor program of one step of a loss (for SVI: the guide's draws,
+the model, the ELBO with its closed-form KL, and the backward pass) traced once from the Python
+that computes it, here Pyro's own step, and replayed at every later step without that Python.
+
+The trace is ``torch.fx``'s ``make_fx`` over fake tensors (nothing is computed and no random number
+drawn while tracing), of ``torch.func.functional_call`` on the modules' parameters and buffers and
+``torch.autograd.grad``. A replay draws its random numbers from torch's generator in the order the
+Python would, so it draws the same numbers. ``compiled`` hands the graph to ``torch.compile``
+(inductor fuses the passes over the weights; its ``fallback_random`` keeps torch's generator).
+A step that cannot be traced (a branch on a tensor's value, an op without a fake-tensor rule)
+raises ``NotCaptured`` with the reason in one line.
+
+Usage::
+
+    step = CapturedStep(lambda x, y: (elbo.differentiable_loss(model, guide, x, y),), [model, guide])
+    loss, = step(x, y)      # loss.backward() puts the gradients on the parameters, as Pyro's step would
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from contextlib import contextmanager
+from typing import Callable, Sequence
+
+import pyro
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.fx.experimental.proxy_tensor import make_fx
+
+MODES = ("compile", "trace", "eager")  # with inductor; replayed op by op; Pyro's Python every step
+# A run of at least this many steps pays for what capturing costs (measured on two CPU cores by
+# scripts/benchmark.py: tracing ~1 s, compiling ~5-20 s per batch shape, against 3-6 ms saved a step).
+STEPS_TO_TRACE, STEPS_TO_COMPILE = 300, 3000
+
+
+def choose(mode: str, steps: int, device: torch.device) -> str:
+    """The capture mode ``train.capture=mode`` means for a run of ``steps`` steps on ``device``:
+    auto is compile on CUDA and on a long CPU run, trace on a shorter one, eager on a short one."""
+    if mode != "auto":
+        return mode
+    if torch.device(device).type == "cuda" or steps >= STEPS_TO_COMPILE:
+        return "compile"
+    return "trace" if steps >= STEPS_TO_TRACE else "eager"
+
+
+DESCRIBED = {"compile": "captured and compiled", "trace": "captured, replayed op by op",
+             "eager": "Pyro's Python at every step"}
+
+
+class NotCaptured(RuntimeError):
+    """The step could not be captured; the message says why, in one line."""
+
+
+class _Modules(nn.Module):
+    """The modules whose parameters and buffers the traced step reads, under one root."""
+
+    def __init__(self, fn: Callable, modules: Sequence[nn.Module]):
+        super().__init__()
+        self.parts = nn.ModuleList(modules)
+        self.fn = fn
+
+    def forward(self, *inputs):
+        return self.fn(*inputs)
+
+
+class CapturedStep:
+    """``fn(*inputs) -> (loss, *figures)`` over the parameters of ``modules``, captured once per
+    input signature (shape, dtype, device) and replayed. The loss is differentiable as ``fn``'s was:
+    its backward puts on each parameter the gradient the replay computed; the figures come detached.
+
+    Parameters are the modules' ``parameters()`` when the step is made (a module given new ones
+    needs a new step; ``load_state_dict`` copies into the old ones); buffers are read and updated in place (BatchNorm's running statistics). PyroModules must
+    hold module-local parameters (``pyro.settings.set(module_local_params=True)``): with Pyro's
+    global parameter store the trace would not see the modules' parameters.
+    """
+
+    def __init__(self, fn: Callable, modules: Sequence[nn.Module], compiled: bool = False,
+                 note: Callable[[str], None] = warnings.warn):
+        self.root = _Modules(fn, modules)
+        self.compiled, self.note = compiled, note
+        self.graphs: dict[tuple, Callable] = {}
+        self.params = dict(self.root.named_parameters())
+        self.buffers = dict(self.root.named_buffers())
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+        graph = self.graphs.get(key)
+        if graph is None:
+            graph = self.graphs[key] = self._capture(inputs)
+        params, buffers = self.params.values(), self.buffers.values()
+        return _Replay.apply(graph, len(params), len(buffers), *params, *buffers, *inputs)
+
+    def _capture(self, inputs) -> Callable:
+        if not pyro.settings.get("module_local_params"):
+            raise NotCaptured("Pyro's global parameter store is in use; capture needs module-local "
+                              "parameters (pyro.settings.set(module_local_params=True))")
+        root, names, buffer_names = self.root, list(self.params), list(self.buffers)
+
+        def step(params, buffers, inputs):
+            state = {**dict(zip(names, params)), **dict(zip(buffer_names, buffers))}
+            loss, *figures = functional_call(root, state, tuple(inputs))
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            return loss.detach(), [f.detach() for f in figures], list(grads)
+
+        try:
+            graph = make_fx(step, tracing_mode="fake")(list(self.params.values()), list(self.buffers.values()),
+                                                       list(inputs))
+        except Exception as err:  # noqa: BLE001 - whatever the trace met, the step runs uncaptured
+            raise NotCaptured(f"{type(err).__name__}: {_first_line(err)}") from None
+        return _Compiled(graph, self.note) if self.compiled else graph
+
+
+class _Compiled:
+    """A traced graph compiled by inductor at its first call (in a CUDA graph on CUDA), with torch's
+    random number generator; where compiling fails (no C++ compiler, an op inductor lacks) the
+    traced graph runs instead, with a note."""
+
+    def __init__(self, graph: Callable, note: Callable[[str], None]):
+        self.traced, self.note, self.run = graph, note, None
+
+    def __call__(self, params, buffers, inputs):
+        if self.run is not None:
+            return self.run(params, buffers, inputs)
+        cuda = any(t.is_cuda for t in params)
+        compiled = torch.compile(self.traced, dynamic=False,
+                                 options={"fallback_random": True, "triton.cudagraphs": cuda})
+        try:
+            with _quiet_compiler():
+                out = compiled(params, buffers, inputs)
+        except Exception as err:  # noqa: BLE001 - compiling is an optimization; the traced graph computes the same
+            self.note(f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); "
+                      "the captured step runs uncompiled")
+            self.run = self.traced
+            return self.run(params, buffers, inputs)
+        self.run = compiled
+        return out
+
+
+@contextmanager
+def _quiet_compiler():
+    """Without cpp_extension's warning that a CPU-only machine has no CUDA runtime."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class _Replay(torch.autograd.Function):
+    """Runs a captured graph; the loss's backward hands out the gradients the graph computed."""
+
+    @staticmethod
+    def forward(ctx, graph, n_params: int, n_buffers: int, *tensors):
+        params, buffers = list(tensors[:n_params]), list(tensors[n_params:n_params + n_buffers])
+        loss, figures, grads = graph(params, buffers, list(tensors[n_params + n_buffers:]))
+        ctx.grads, ctx.n_rest = grads, len(tensors) - n_params
+        ctx.mark_non_differentiable(*figures)
+        return (loss, *figures)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *_figures):
+        grads = [None if g is None else g * grad_loss for g in ctx.grads]
+        return (None, None, None, *grads, *[None] * ctx.n_rest)
+
+
+def _first_line(err: Exception) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else "(no message)"

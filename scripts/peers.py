@@ -1,0 +1,334 @@
+"""Training speed of the zoo beside its peers: the same Bayesian network (N(0, 1) prior, an
+independent Normal posterior per weight started at sd 0.01, one weight draw per minibatch, Adam at
+lr 1e-3, cross-entropy on random inputs of MNIST's shape; for the tiny network, 1-16-1, a Gaussian
+likelihood of scale 1) trained by
+
+  zoo            bnn_zoo's step with Pyro's Python at every step (train.capture=eager)
+  zoo_traced     the step captured once and replayed op by op (train.capture=trace)
+  zoo_compiled   the captured step compiled by torch.compile (train.capture=compile)
+  bbb            Bayes by Backprop written by hand in plain PyTorch (below)
+  tyxe           TyXe 0.0.2's VariationalBNN with its AutoNormal guide and Pyro's SVI
+  bt_reparam     bayesian-torch's dnn_to_bnn, Reparameterization layers
+  bt_flipout     bayesian-torch's dnn_to_bnn, Flipout layers
+  blitz          blitz-bayesian-pytorch's layers and sample_elbo (its KL by Monte Carlo)
+  twin           the plain network (no uncertainty), fused Adam
+
+on mnist_mlp (784-400-400-10) and lenet at batch 128 with the machine's threads, and a tiny
+network (toy_mlp 1-16-1, batch 2, one thread) where the step is all overhead. Every measurement runs in
+a process of its own; the contenders take turns over --rounds rounds, and each figure is the median
+of its rounds. The peers install with ``pip install -e .[bench]``; one that is missing is skipped
+with the reason. TyXe 0.0.2 calls ``pyro.util.deep_getattr``, which Pyro 1.9 no longer has: this
+script supplies it (``functools.reduce(getattr, ...)``, what it was).
+
+Usage: python scripts/peers.py [--archs mnist_mlp lenet tiny] [--contenders zoo bbb ...]
+           [--steps 50] [--rounds 3] [--device auto] [--json peers.json]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CONTENDERS = ("zoo", "zoo_traced", "zoo_compiled", "bbb", "tyxe", "bt_reparam", "bt_flipout", "blitz", "twin")
+CAPTURE = {"zoo": "eager", "zoo_traced": "trace", "zoo_compiled": "compile"}
+SHAPES = {"mnist_mlp": ("mnist_mlp", None, 128), "lenet": ("lenet", None, 128), "tiny": ("toy_mlp", [16], 2)}
+NUM_DATA = 55000
+INIT_SCALE = 0.01  # the posterior sds at the start, for every contender
+LR = 1e-3
+
+
+def data_fit(out, y):
+    """The minibatch's negative log-likelihood, summed, up to a constant: cross-entropy for labels,
+    a Gaussian of scale 1 for real targets (the tiny network)."""
+    import torch.nn.functional as F
+
+    if y.is_floating_point():
+        return 0.5 * ((out.squeeze(-1) - y) ** 2).sum()
+    return F.cross_entropy(out, y, reduction="sum")
+
+
+def bayes_by_backprop(net, prior_scale: float = 1.0, init_scale: float = INIT_SCALE):
+    """Blundell et al.'s Bayes by Backprop for any plain network: a Normal posterior per weight,
+    w = mu + softplus(rho) * eps (one draw per minibatch), a N(0, prior_scale^2) prior with its
+    closed-form KL. Returns (parameters, loss(x, y, num_batches)): the minibatch's summed NLL plus
+    KL / number of batches."""
+    import torch
+    import torch.nn.functional as F
+    from torch.func import functional_call
+
+    names = [n for n, _ in net.named_parameters()]
+    mus = [p.detach().clone().requires_grad_() for p in net.parameters()]
+    rhos = [torch.full_like(p, math.log(math.expm1(init_scale))).requires_grad_() for p in net.parameters()]
+
+    def loss(x, y, num_batches: int):
+        sigmas = [F.softplus(r) for r in rhos]
+        weights = {n: m + s * torch.randn_like(s) for n, m, s in zip(names, mus, sigmas)}
+        nll = data_fit(functional_call(net, weights, (x,)), y)
+        kl = sum((math.log(prior_scale) - s.log() + (s ** 2 + m ** 2) / (2 * prior_scale ** 2) - 0.5).sum()
+                 for m, s in zip(mus, sigmas))
+        return nll + kl / num_batches
+
+    return mus + rhos, loss
+
+
+def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
+    import pyro
+
+    from bnn_zoo.config import load_config, resolved
+    from bnn_zoo.loop import adam
+    from bnn_zoo.phases import BayesPhase
+
+    pyro.settings.set(module_local_params=True)  # as python -m bnn_zoo.train runs
+    overrides = [f"train.capture={capture}", f"train.batch_size={batch_size}", f"train.lr={LR}",
+                 f"model.init_scale={INIT_SCALE}", *([f"model.hidden={hidden}"] if hidden else [])]
+    phase = BayesPhase(resolved(load_config(arch, overrides)), NUM_DATA, device)
+    optimizer = adam(phase.parameters(), LR)
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        with phase.stepping():
+            loss = phase.loss(x, y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def _tyxe(net, regression: bool, device):
+    import functools
+
+    import pyro
+    import pyro.distributions as dist
+    import pyro.util
+
+    if not hasattr(pyro.util, "deep_getattr"):  # removed from Pyro after TyXe 0.0.2 was released
+        pyro.util.deep_getattr = lambda obj, name: functools.reduce(getattr, name.split("."), obj)
+    import tyxe
+
+    bnn = tyxe.VariationalBNN(net.to(device), tyxe.priors.IIDPrior(dist.Normal(0.0, 1.0)),
+                              tyxe.likelihoods.HomoskedasticGaussian(NUM_DATA, scale=1.0) if regression
+                              else tyxe.likelihoods.Categorical(NUM_DATA),
+                              functools.partial(tyxe.guides.AutoNormal, init_scale=INIT_SCALE,  # means start at
+                                                init_loc_fn=tyxe.guides.PretrainedInitializer.from_net(net)))  # the net's
+    svi = pyro.infer.SVI(bnn.model, bnn.guide, pyro.optim.Adam({"lr": LR}), pyro.infer.TraceMeanField_ELBO())
+    if regression:  # its Gaussian's targets have the network's output shape, [N, 1]
+        return lambda x, y: svi.step(x, y.unsqueeze(-1))
+    return lambda x, y: svi.step(x, y)
+
+
+def _bayesian_torch(net, kind: str, device):
+    import torch
+    from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
+
+    dnn_to_bnn(net, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0,
+                     "posterior_rho_init": math.log(math.expm1(INIT_SCALE)), "type": kind, "moped_enable": False})
+    net.to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss = data_fit(net(x), y) + get_kl_loss(net) * len(x) / NUM_DATA
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def _blitz(net, device):
+    """blitz's layers in place of the network's, and the loss of its ``sample_elbo`` with one
+    sample (cross-entropy plus its Monte Carlo KL, ``kl_divergence_from_nn``, per example)."""
+    import torch
+    from blitz.losses import kl_divergence_from_nn
+    from blitz.modules import BayesianConv2d, BayesianLinear
+    from torch import nn
+
+    rho = math.log(math.expm1(INIT_SCALE))
+    prior = {"prior_sigma_1": 1.0, "prior_sigma_2": 1.0, "prior_pi": 1.0, "posterior_rho_init": rho}
+    for module in list(net.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, BayesianLinear(child.in_features, child.out_features, **prior))
+            elif isinstance(child, nn.Conv2d):
+                setattr(module, name, BayesianConv2d(child.in_channels, child.out_channels, child.kernel_size,
+                                                     stride=child.stride, padding=child.padding, **prior))
+    net.to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss = data_fit(net(x), y) / len(x) + kl_divergence_from_nn(net) / NUM_DATA
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def training_step(contender: str, arch: str, hidden, batch_size: int, device):
+    """A closure ``step(x, y)`` running one optimizer step of ``contender`` on a minibatch; it
+    returns the minibatch's loss (in the contender's own scaling)."""
+    import torch
+
+    from bnn_zoo.loop import adam
+    from bnn_zoo.zoo import make_net
+
+    if contender in CAPTURE:
+        return _zoo(CAPTURE[contender], arch, hidden, batch_size, device)
+    net = make_net(arch, hidden).to(device)
+    if contender == "twin":
+        optimizer = adam(net.parameters(), LR)
+
+        def twin_step(x, y):
+            optimizer.zero_grad(set_to_none=True)
+            loss = data_fit(net(x), y) / len(x)
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+        return twin_step
+    if contender == "bbb":
+        params, loss = bayes_by_backprop(net)
+        optimizer = torch.optim.Adam(params, lr=LR)
+
+        def bbb_step(x, y):
+            optimizer.zero_grad(set_to_none=True)
+            value = loss(x, y, math.ceil(NUM_DATA / batch_size))
+            value.backward()
+            optimizer.step()
+            return value.detach()
+        return bbb_step
+    if contender == "tyxe":
+        return _tyxe(net, arch == "toy_mlp", device)
+    if contender in ("bt_reparam", "bt_flipout"):
+        return _bayesian_torch(net, "Reparameterization" if contender == "bt_reparam" else "Flipout", device)
+    if contender == "blitz":
+        return _blitz(net, device)
+    raise ValueError(f"unknown contender {contender!r}; choose from {', '.join(CONTENDERS)}")
+
+
+def measure(spec: dict) -> dict:
+    """One contender on one shape, in this process: steps per second over ``steps`` steps (after
+    ``warmup`` steps, which include any capture and compilation), and the warm-up's seconds."""
+    import torch
+
+    from bnn_zoo.config import pick_device
+    from bnn_zoo.zoo import architecture
+
+    arch, hidden, batch_size = SHAPES[spec["shape"]]
+    if spec["shape"] == "tiny":
+        torch.set_num_threads(1)
+    device = pick_device(spec["device"])
+    torch.manual_seed(0)
+    regression = architecture(arch).likelihood == "gaussian"
+    batches = [(torch.randn(batch_size, *architecture(arch).input_shape, device=device),
+                torch.randn(batch_size, device=device) if regression else
+                torch.randint(0, 10, (batch_size,), device=device)) for _ in range(8)]
+    step = training_step(spec["contender"], arch, hidden, batch_size, device)
+
+    def run(n: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for i in range(n):
+            step(*batches[i % len(batches)])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    warmup = run(spec["warmup"])
+    return {"steps_per_s": spec["steps"] / run(spec["steps"]), "warmup_s": warmup}
+
+
+def _child(spec: dict) -> dict:
+    """``measure(spec)`` in a fresh Python process; a missing peer comes back as {"skipped": why}."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        if "ModuleNotFoundError" in last:
+            return {"skipped": f"{last.split(': ', 1)[-1]} (pip install -e .[bench])"}
+        raise RuntimeError(f"{spec['contender']} on {spec['shape']} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_rounds(args) -> dict:
+    """{shape: {contender: {"steps_per_s": median over rounds, "rounds": [...], "warmup_s": ...}}}"""
+    results: dict = {shape: {c: {"rounds": []} for c in args.contenders} for shape in args.archs}
+    for _ in range(args.rounds):
+        for shape in args.archs:
+            for contender in args.contenders:
+                entry = results[shape][contender]
+                if "skipped" in entry:
+                    continue
+                steps = args.steps * (20 if shape == "tiny" else 1)
+                r = _child({"contender": contender, "shape": shape, "device": args.device, "steps": steps,
+                            "warmup": max(5, steps // 10)})
+                if "skipped" in r:
+                    entry["skipped"] = r["skipped"]
+                    continue
+                entry["rounds"].append(r["steps_per_s"])
+                entry["warmup_s"] = r["warmup_s"]
+    for entries in results.values():
+        for entry in entries.values():
+            if entry["rounds"]:
+                entry["steps_per_s"] = statistics.median(entry["rounds"])
+    return results
+
+
+def report(results: dict, device: str) -> str:
+    lines = [f"training steps per second, median of the rounds, device {device} (higher is better); "
+             "x: over the fastest peer (TyXe, bayesian-torch, blitz), over hand-written BbB; "
+             "the twin's step takes 1/x of the contender's"]
+    for shape, entries in results.items():
+        fastest_peer = max((e.get("steps_per_s", 0) for c, e in entries.items()
+                            if c in ("tyxe", "bt_reparam", "bt_flipout", "blitz")), default=0)
+        bbb = entries.get("bbb", {}).get("steps_per_s")
+        twin = entries.get("twin", {}).get("steps_per_s")
+        arch, hidden, batch = SHAPES[shape]
+        lines.append(f"{shape} ({arch}{f' hidden {hidden}' if hidden else ''}, batch {batch}"
+                     f"{', one thread' if shape == 'tiny' else ''}):")
+        for contender, e in entries.items():
+            if "skipped" in e:
+                lines.append(f"  {contender:<13} skipped: {e['skipped']}")
+                continue
+            rate = e["steps_per_s"]
+            ratios = [f"{rate / fastest_peer:5.2f}x peer" if fastest_peer else "",
+                      f"{rate / bbb:5.2f}x bbb" if bbb else "",
+                      f"twin {twin / rate:5.2f}x" if twin else ""]
+            lines.append(f"  {contender:<13}{rate:9.1f}   {'  '.join(ratios)}   (warm-up {e['warmup_s']:.1f} s; "
+                         f"rounds {', '.join(f'{r:.1f}' for r in e['rounds'])})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--archs", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
+    parser.add_argument("--steps", type=int, default=50, help="timed steps per measurement (x20 for tiny)")
+    parser.add_argument("--rounds", type=int, default=3, help="turns each contender takes; the median is reported")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return 0
+    try:
+        results = run_rounds(args)
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report(results, args.device))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "steps": args.steps, "rounds": args.rounds, "results": results}, f,
+                      indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The captured step (bnn_zoo.capture) is Pyro's step: the same draws, loss, gradients and update."""
+import json
+
+import pyro
+import pytest
+import torch
+from torch import nn
+
+from bnn_zoo import bayesian, build
+from bnn_zoo.capture import STEPS_TO_COMPILE, STEPS_TO_TRACE, CapturedStep, NotCaptured, choose
+from bnn_zoo.elbo import SplitELBO
+from bnn_zoo.loop import adam
+from bnn_zoo.phases import BayesPhase
+from bnn_zoo.reparam import LocalReparameterization
+from bnn_zoo.resume import config_for_run
+from bnn_zoo.train import train
+
+from conftest import SMALL, ZOO, example_batch, tiny_config
+
+ANY_NET = "conv+batchnorm"  # bayesian() of a network outside the zoo, with a point-estimate layer
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1, bias=False)  # as usual before a BatchNorm
+        self.norm = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.norm(self.conv(x))), 4)
+        return self.head(x.flatten(1))
+
+
+def pair(arch: str, guide: str = "meanfield"):
+    """A fresh (model, guide, x, y), the same at every call."""
+    pyro.set_rng_seed(0)
+    with pyro.settings.context(module_local_params=True):
+        if arch == ANY_NET:
+            model, guide = bayesian(ConvNet(), num_data=1000, guide=guide, init_scale=0.1)
+            x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+        else:
+            model, guide = build(arch, num_data=1000, hidden=SMALL[arch], guide=guide, init_scale=0.1)
+            x, y = example_batch(arch)
+        guide(x[:1])
+    return model, guide, x, y
+
+
+def one_step(model, guide, x, y, reparam: str, capture: str):
+    """(loss, data fit, gradients, parameters after Adam's step, buffers) of one training step."""
+    elbo = SplitELBO()
+    context = LocalReparameterization if reparam == "local" else torch.enable_grad
+
+    def loss_and_data_fit(x, y):
+        with context():
+            loss, parts = elbo.loss_and_parts(model, guide, x, y)
+        return loss, parts.data_fit
+
+    modules = [model, guide]
+    params = dict(nn.ModuleList(modules).named_parameters())
+    optimizer = adam(params.values(), 0.01)
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
+        step = loss_and_data_fit if capture == "eager" else CapturedStep(loss_and_data_fit, modules, capture == "compile")
+        pyro.set_rng_seed(1)
+        loss, data_fit = step(x, y)
+        loss.backward()
+    grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
+    optimizer.step()
+    after = {n: p.detach().clone() for n, p in params.items()}
+    return loss.detach(), data_fit, grads, after, {n: b.clone() for n, b in model.named_buffers()}
+
+
+def assert_same(eager, captured, exact: bool):
+    """Equal bit for bit (replayed op by op), or to float32's rounding at the tensor's scale (fused)."""
+    def close(a, b):
+        return torch.equal(a, b) if exact else bool((a - b).abs().max() <= 1e-5 * a.abs().max() + 1e-6)
+
+    for what, a, b in zip(("loss", "data fit"), eager[:2], captured[:2]):
+        assert close(a, b), f"{what}: eager {a.item()}, captured {b.item()}"
+    for what, a, b in zip(("gradient", "updated parameter", "buffer"), eager[2:], captured[2:]):
+        assert a.keys() == b.keys(), what
+        for name in a:
+            assert close(a[name], b[name]), f"{what} {name} differs by {(a[name] - b[name]).abs().max().item():.3g}"
+
+
+@pytest.mark.parametrize("reparam", ["weights", "local"])
+@pytest.mark.parametrize("arch", [*ZOO, ANY_NET])
+def test_a_replayed_step_is_pyros_step_on_the_same_draws(arch, reparam):
+    eager = one_step(*pair(arch), reparam, "eager")
+    captured = one_step(*pair(arch), reparam, "trace")
+    assert len(eager[2]) >= 4  # every weight's loc and scale got a gradient
+    assert_same(eager, captured, exact=True)
+
+
+@pytest.mark.parametrize("arch", [*ZOO, ANY_NET])
+def test_a_compiled_step_is_pyros_step_on_the_same_draws(arch):
+    eager = one_step(*pair(arch), "local", "eager")
+    assert_same(eager, one_step(*pair(arch), "local", "compile"), exact=False)
+
+
+@pytest.mark.parametrize("guide", ["lowrank", "delta"])
+def test_other_guides_replay_as_pyro_runs_them(guide):
+    eager = one_step(*pair("mnist_mlp", guide), "weights", "eager")
+    assert_same(eager, one_step(*pair("mnist_mlp", guide), "weights", "trace"), exact=True)
+
+
+def test_capturing_draws_no_random_number_and_replays_draw_fresh_ones():
+    model, guide, x, y = pair("mnist_mlp")
+    elbo = SplitELBO()
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
+        step = CapturedStep(lambda x, y: (elbo.differentiable_loss(model, guide, x, y),), [model, guide])
+        state = torch.get_rng_state()
+        step.graphs[("x", "y")] = step._capture((x, y))
+        assert torch.equal(torch.get_rng_state(), state)
+        first, second = step(x, y)[0], step(x, y)[0]
+    assert first != second  # each replay draws new weights
+
+
+def test_a_step_that_branches_on_a_tensor_value_is_not_captured():
+    class Branching(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 2)
+
+        def forward(self, x):
+            out = self.layer(x)
+            return out if out.sum() > 0 else -out  # a branch a trace would freeze
+
+    with pyro.settings.context(module_local_params=True):
+        model, guide = bayesian(Branching(), num_data=10)
+        x, y = torch.randn(4, 3), torch.randint(0, 2, (4,))
+        step = CapturedStep(lambda x, y: (SplitELBO().differentiable_loss(model, guide, x, y),), [model, guide])
+        with pytest.raises(NotCaptured) as caught:
+            step(x, y)
+    assert "\n" not in str(caught.value) and str(caught.value)
+
+
+def test_a_phase_that_cannot_capture_says_so_and_trains_as_pyro_does():
+    """With Pyro's global parameter store the trace would not see the parameters: the phase says
+    so in one line and runs Pyro's step, drawing what an eager phase draws."""
+    cfg = tiny_config("mnist_mlp", **{"model.hidden": "[8]", "train.capture": "trace"})
+    x, y = example_batch("mnist_mlp")
+    notes = []
+    losses = {}
+    for capture in ("trace", "eager"):
+        with pyro.settings.context(module_local_params=capture == "eager"):
+            pyro.set_rng_seed(0)
+            phase = BayesPhase(make(cfg, capture), 1000, "cpu", log=notes.append)
+            pyro.set_rng_seed(3)
+            losses[capture] = phase.loss(x, y).item()
+    assert len(notes) == 1 and "global parameter store" in notes[0] and "runs uncaptured" in notes[0], notes
+    assert losses["trace"] == losses["eager"]
+
+
+def make(cfg, capture):
+    from bnn_zoo.config import make_config, resolved
+
+    return resolved(make_config(cfg, [f"train.capture={capture}"]))
+
+
+def test_when_compiling_fails_the_traced_step_runs_with_a_note(monkeypatch):
+    def no_compiler(*_args, **_kwargs):
+        raise RuntimeError("no C++ compiler found\nsecond line")
+
+    eager = one_step(*pair("toy_mlp"), "weights", "eager")
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: no_compiler)
+    with pytest.warns(UserWarning, match=r"torch.compile failed \(RuntimeError: no C\+\+ compiler found\); "
+                                         r"the captured step runs uncompiled$"):
+        assert_same(eager, one_step(*pair("toy_mlp"), "weights", "compile"), exact=True)
+
+
+def test_auto_captures_where_the_run_is_long_enough_to_pay_for_it():
+    assert choose("auto", STEPS_TO_TRACE - 1, torch.device("cpu")) == "eager"
+    assert choose("auto", STEPS_TO_TRACE, torch.device("cpu")) == "trace"
+    assert choose("auto", STEPS_TO_COMPILE, torch.device("cpu")) == "compile"
+    assert choose("auto", 1, torch.device("cuda")) == "compile"
+    assert choose("eager", 10 ** 6, torch.device("cuda")) == "eager"
+
+
+def test_a_captured_run_trains_and_resumes_as_pyros_step_does(tmp_path):
+    """The same history epoch for epoch, captured or not; and a captured run stopped and resumed
+    ends where one that never stopped does."""
+    histories = {}
+    for capture in ("eager", "trace"):
+        run = tmp_path / capture
+        train(tiny_config("toy_mlp", run_dir=str(run), **{"train.epochs": 12, "train.eval_every": 6,
+                                                          "train.capture": capture}))
+        histories[capture] = json.loads((run / "metrics.json").read_text())["bayes"]["history"]
+    assert [h["loss"] for h in histories["trace"]] == [h["loss"] for h in histories["eager"]]
+    stopped = tmp_path / "stopped"
+    train(tiny_config("toy_mlp", run_dir=str(stopped), **{"train.epochs": 6, "train.eval_every": 6,
+                                                          "train.capture": "trace"}))
+    resumed = train(config_for_run(None, [f"resume={stopped}", "train.epochs=12"]))["bayes"]["history"]
+    assert [h["loss"] for h in resumed] == [h["loss"] for h in histories["trace"]]
