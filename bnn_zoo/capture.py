@@ -162,7 +162,9 @@ class _Replay(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, *_figures):
-        grads = [None if g is None else g * grad_loss for g in ctx.grads]
+        present = [g for g in ctx.grads if g is not None]
+        scaled = iter(torch._foreach_mul(present, grad_loss))  # one call for all (the optimizers' own kernels)
+        grads = [None if g is None else next(scaled) for g in ctx.grads]
         return (None, None, None, *grads, *[None] * ctx.n_rest)
 
 
