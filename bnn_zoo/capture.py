@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from contextlib import contextmanager
 from typing import Callable, Sequence
 
@@ -30,18 +31,40 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 MODES = ("compile", "trace", "eager")  # with inductor; replayed op by op; Pyro's Python every step
 # A run of at least this many steps pays for what capturing costs (measured on two CPU cores by
-# scripts/benchmark.py: tracing ~1 s, compiling ~5-20 s per batch shape, against 3-6 ms saved a step).
+# scripts/peers.py: tracing 0.2-0.5 s and compiling 2-15 s per batch shape, against 1-5 ms saved a step).
 STEPS_TO_TRACE, STEPS_TO_COMPILE = 300, 3000
 
 
-def choose(mode: str, steps: int, device: torch.device) -> str:
-    """The capture mode ``train.capture=mode`` means for a run of ``steps`` steps on ``device``:
-    auto is compile on CUDA and on a long CPU run, trace on a shorter one, eager on a short one."""
+def choose(mode: str, steps: int) -> str:
+    """The capture mode ``train.capture=mode`` means for a run of ``steps`` steps: auto is compile
+    for a long run, trace for a shorter one, eager for a short one."""
     if mode != "auto":
         return mode
-    if torch.device(device).type == "cuda" or steps >= STEPS_TO_COMPILE:
+    if steps >= STEPS_TO_COMPILE:
         return "compile"
     return "trace" if steps >= STEPS_TO_TRACE else "eager"
+
+
+# Prediction compiles (once per model and shape) from this many predictions, samples x inputs: on two
+# CPU cores compiling costs 2-5 s and saves 24 us (lenet) or 1.5 us (mnist_mlp) a prediction.
+PREDICTIONS_TO_COMPILE = 1_000_000
+_COMPILED_PREDICTIVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def predictive(model, compiled: bool) -> Callable:
+    """``f(weights, x)``: the likelihood's predictive of ``model`` (a ``BayesianNet``) at a batch of
+    weight samples; with ``compiled``, compiled by ``torch.compile`` once per model (and input
+    shape), falling back to the plain function with a warning where compiling fails."""
+    def plain(weights: dict, x: torch.Tensor) -> torch.Tensor:
+        return model.likelihood.predictive(model.forward_with(weights, x))
+
+    if not compiled:
+        return plain
+    fn = _COMPILED_PREDICTIVES.get(model)
+    if fn is None:
+        fn = _COMPILED_PREDICTIVES[model] = _Compiled(plain, warnings.warn, "prediction runs uncompiled",
+                                                      cuda_graphs=False)
+    return fn
 
 
 DESCRIBED = {"compile": "captured and compiled", "trace": "captured, replayed op by op",
@@ -70,9 +93,10 @@ class CapturedStep:
     its backward puts on each parameter the gradient the replay computed; the figures come detached.
 
     Parameters are the modules' ``parameters()`` when the step is made (a module given new ones
-    needs a new step; ``load_state_dict`` copies into the old ones); buffers are read and updated in place (BatchNorm's running statistics). PyroModules must
-    hold module-local parameters (``pyro.settings.set(module_local_params=True)``): with Pyro's
-    global parameter store the trace would not see the modules' parameters.
+    needs a new step; ``load_state_dict`` copies into the old ones); buffers are read and updated
+    in place (BatchNorm's running statistics). PyroModules must hold module-local parameters
+    (``pyro.settings.set(module_local_params=True)``): with Pyro's global parameter store the trace
+    would not see the modules' parameters.
     """
 
     def __init__(self, fn: Callable, modules: Sequence[nn.Module], compiled: bool = False,
@@ -108,45 +132,53 @@ class CapturedStep:
                                                        list(inputs))
         except Exception as err:  # noqa: BLE001 - whatever the trace met, the step runs uncaptured
             raise NotCaptured(f"{type(err).__name__}: {_first_line(err)}") from None
-        return _Compiled(graph, self.note) if self.compiled else graph
+        if not self.compiled:
+            return graph
+        return _Compiled(graph, self.note, "the captured step runs uncompiled", cuda_graphs=True)
 
 
 class _Compiled:
-    """A traced graph compiled by inductor at its first call (in a CUDA graph on CUDA), with torch's
-    random number generator; where compiling fails (no C++ compiler, an op inductor lacks) the
-    traced graph runs instead, with a note."""
+    """``fn`` compiled by inductor at its first call, with torch's random number generator (with
+    ``cuda_graphs``, in a CUDA graph where its first argument, a list of tensors, is on CUDA); where
+    compiling fails (no C++ compiler, an op inductor lacks) ``fn`` itself runs from then on, with a
+    note that ends in ``fallback``."""
 
-    def __init__(self, graph: Callable, note: Callable[[str], None]):
-        self.traced, self.note, self.run = graph, note, None
+    def __init__(self, fn: Callable, note: Callable[[str], None], fallback: str, cuda_graphs: bool):
+        self.fn, self.note, self.fallback, self.cuda_graphs = fn, note, fallback, cuda_graphs
+        self.run, self.cuda = None, False
 
-    def __call__(self, params, buffers, inputs):
+    def __call__(self, *args):
+        if self.cuda:  # a new step: the CUDA graph's outputs of the last one are no longer read
+            torch.compiler.cudagraph_mark_step_begin()
         if self.run is not None:
-            return self.run(params, buffers, inputs)
-        cuda = any(t.is_cuda for t in params)
-        compiled = torch.compile(self.traced, dynamic=False,
-                                 options={"fallback_random": True, "triton.cudagraphs": cuda})
+            return self.run(*args)
+        self.cuda = self.cuda_graphs and any(t.is_cuda for t in args[0])
+        compiled = torch.compile(self.fn, dynamic=False,
+                                 options={"fallback_random": True, "triton.cudagraphs": self.cuda})
         try:
-            with _quiet_compiler():
-                out = compiled(params, buffers, inputs)
-        except Exception as err:  # noqa: BLE001 - compiling is an optimization; the traced graph computes the same
-            self.note(f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); "
-                      "the captured step runs uncompiled")
-            self.run = self.traced
-            return self.run(params, buffers, inputs)
+            with _compiling():
+                out = compiled(*args)
+        except Exception as err:  # noqa: BLE001 - compiling is an optimization; fn computes the same
+            self.note(f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); {self.fallback}")
+            self.run = self.fn
+            return self.run(*args)
         self.run = compiled
         return out
 
 
 @contextmanager
-def _quiet_compiler():
-    """Without cpp_extension's warning that a CPU-only machine has no CUDA runtime."""
+def _compiling():
+    """Compile without global side effects: TorchDynamo's first compile in a process turns off
+    torch.distributions' argument validation for everyone (``TorchPatcher.patch``); the caller's
+    setting comes back. And without cpp_extension's warning that a CPU-only machine has no CUDA."""
     logger = logging.getLogger("torch.utils.cpp_extension")
-    level = logger.level
+    level, validating = logger.level, pyro.settings.get("validate_distributions_torch")
     logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
         logger.setLevel(level)
+        pyro.settings.set(validate_distributions_torch=validating)
 
 
 class _Replay(torch.autograd.Function):

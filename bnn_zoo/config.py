@@ -103,8 +103,8 @@ class TrainConfig:
     progress: bool = True
     # The Bayesian network's training step captured once and replayed (bnn_zoo.capture): compile
     # (torch.compile fuses it; on CUDA in a CUDA graph), trace (replayed op by op, no compiler),
-    # eager (Pyro's Python every step), auto (compile or trace where the run is long enough to pay
-    # for the capture: bnn_zoo.capture.choose). The same draws and numbers either way.
+    # eager (Pyro's Python every step), auto (compile from 3,000 planned steps, trace from 300,
+    # eager below: bnn_zoo.capture.choose). The same draws either way.
     capture: str = "auto"
     # Stop early once the validation accuracy reaches this (checked every eval_every epochs).
     stop_at_accuracy: Optional[float] = None

@@ -80,7 +80,7 @@ class BayesPhase:
         self.path, self.epochs, self.lr, self.num_data, self.log = path, t.epochs, t.lr, num_data, log
         self.per_example = 1.0 / num_data
         self._data_fit = torch.zeros((), device=device)  # summed over the epoch's minibatches
-        self.capture = choose(t.capture, t.epochs * math.ceil(num_data / t.batch_size), device)
+        self.capture = choose(t.capture, t.epochs * math.ceil(num_data / t.batch_size))
         self._captured = None if self.capture == "eager" else \
             CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log)
 

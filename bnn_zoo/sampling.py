@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .bnn import BayesianNet
+from .capture import PREDICTIONS_TO_COMPILE, predictive
 from .data import MNIST_MEAN, MNIST_STD
 
 WeightSource = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
@@ -153,10 +154,16 @@ def fill_predictions(x: torch.Tensor, chunks: Generator[Chunk, None, None], tota
 
 
 def network_chunks(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_samples: int,
-                   chunk_size: int, keep: Optional[dict] = None) -> Generator[Chunk, None, None]:
+                   chunk_size: int, keep: Optional[dict] = None,
+                   compiled: Optional[bool] = None) -> Generator[Chunk, None, None]:
     """Chunks of the model's predictions (for ``fill_predictions``), the model in eval mode: each
     chunk's weights drawn from a guide in one vectorized trace, or ``num_samples`` evenly spaced
-    ones of a dict of samples; ``keep`` ({parameter name: bool mask}) zeroes the weights where False."""
+    ones of a dict of samples; ``keep`` ({parameter name: bool mask}) zeroes the weights where False.
+    ``compiled``: the network's pass compiled (``bnn_zoo.capture.predictive``); None: where there
+    are at least ``PREDICTIONS_TO_COMPILE`` predictions to make."""
+    if compiled is None:
+        compiled = num_samples * len(x) >= PREDICTIONS_TO_COMPILE
+    forward = predictive(model, compiled)
     index = None
     if isinstance(posterior, dict):
         index = torch.linspace(0, sample_count(posterior) - 1, num_samples).round().long()
@@ -165,12 +172,13 @@ def network_chunks(model: BayesianNet, posterior: WeightSource, x: torch.Tensor,
             weights = draw_weights(model, posterior, x, n, None if index is None else index[start:start + n])
             for name, mask in (keep or {}).items():
                 weights[name] = weights[name] * mask
-            yield n, lambda xb: model.likelihood.predictive(model.forward_with(weights, xb))
+            yield n, lambda xb: forward(weights, xb)
             weights.clear()  # this chunk's weights go before the next chunk's are drawn
 
 
 def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_samples: Optional[int] = 100,
-            chunk_size: int = 10, batch_size: int = 500, keep: Optional[dict] = None) -> torch.Tensor:
+            chunk_size: int = 10, batch_size: int = 500, keep: Optional[dict] = None,
+            compiled: Optional[bool] = None) -> torch.Tensor:
     """Posterior predictive on ``x``: per posterior sample, the likelihood's predictive (class
     probabilities [S, N, C], or a regression's (mean, noise sd) [S, N, 2]).
 
@@ -179,8 +187,10 @@ def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_sa
     samples at a time and each chunk runs as one batched pass over ``batch_size`` inputs, so memory
     beyond the result is bounded by chunk_size x batch_size activations, whatever num_samples is
     (``fill_predictions``). ``keep`` ({parameter name: bool mask}) zeroes the weights where the mask
-    is False (pruning). The model runs in eval mode. Runs in the caller's Pyro settings and
-    parameter store; the result is on x's device.
+    is False (pruning). The model runs in eval mode. ``compiled``: the network's pass compiled by
+    ``torch.compile`` (the same draws; float rounding apart); None: from 10^6 predictions
+    (samples x inputs) on, where it pays. Runs in the caller's Pyro settings and parameter store;
+    the result is on x's device.
     """
     check_inputs(x)
     if isinstance(posterior, dict):
@@ -189,5 +199,5 @@ def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_sa
         if num_samples > total:
             raise ValueError(f"the posterior holds {total} samples; asked for {num_samples}")
     positive_sizes(num_samples, chunk_size, batch_size)
-    return fill_predictions(x, network_chunks(model, posterior, x, num_samples, chunk_size, keep), num_samples,
-                            batch_size)
+    return fill_predictions(x, network_chunks(model, posterior, x, num_samples, chunk_size, keep, compiled),
+                            num_samples, batch_size)

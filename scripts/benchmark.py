@@ -1,6 +1,7 @@
-"""Prediction speed of the zoo against a loop over posterior samples (Pyro's ``Predictive``), and
-the variance of the gradient with and without local reparameterization. (The training step beside
-the peers is scripts/peers.py; the time to a validation accuracy is scripts/time_to_accuracy.py.)
+"""Prediction speed of the zoo (``bnn_zoo.predict``, plain and compiled) against a loop over
+posterior samples (Pyro's ``Predictive``), and the variance of the gradient with and without local
+reparameterization. (The training step beside the peers is scripts/peers.py; the time to a
+validation accuracy is scripts/time_to_accuracy.py.)
 
 Each measurement runs in its own process (so peak memory is its own) on synthetic inputs of the
 real shapes (speed does not depend on pixel values); the gradient variance on an MNIST minibatch.
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 
-PREDICTION = ("predict", "loop")
+PREDICTION = ("predict", "compiled", "loop")  # bnn_zoo.predict plain and compiled; Pyro's Predictive
 
 
 # ---- one measurement, in a child process ----
@@ -66,8 +67,9 @@ def prediction_run(method: str, arch: str, device, num_samples: int, num_images:
     model.to(device)
     x = torch.randn(num_images, *architecture(arch).input_shape, device=device)
     guide(x[:1])
-    if method == "predict":
-        return lambda n: predict(model, guide, x[:n], num_samples, chunk_size=chunk_size)
+    if method in ("predict", "compiled"):
+        compiled = method == "compiled"
+        return lambda n: predict(model, guide, x[:n], num_samples, chunk_size=chunk_size, compiled=compiled)
     if method == "loop":  # Pyro's Predictive: one guide and one model run per posterior sample
         predictive = Predictive(model, guide=guide, num_samples=num_samples, return_sites=["_RETURN"])
         return lambda n: torch.no_grad()(predictive)(x[:n])["_RETURN"].softmax(-1)
@@ -87,7 +89,7 @@ def measure(spec: dict) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     start_rss = _rss_mb()
     run = prediction_run(spec["method"], spec["arch"], device, spec["samples"], spec["images"], spec["chunk_size"])
-    run(min(200, spec["images"]))  # warm-up on a slice
+    run(min(500, spec["images"]))  # warm-up on a slice of predict's batch size (compiles the compiled one)
     times = _timed(lambda: run(spec["images"]), spec["predict_repeats"], device)
     seconds = statistics.median(times)
     return {"seconds": seconds, "images_per_s": spec["images"] / seconds, "peak_mb": _peak_mb(device, start_rss),
@@ -173,7 +175,7 @@ def report(results: dict) -> str:
                   f"{'arch':<10}{'method':<9}{'seconds':>9}{'images/s':>10}{'peak MB':>9}{'speed-up':>10}"]
         for arch, methods in results["predict"].items():
             for method, r in methods.items():
-                gain = f"{methods['loop']['seconds'] / r['seconds']:>9.2f}x" if method == "predict" else ""
+                gain = f"{methods['loop']['seconds'] / r['seconds']:>9.2f}x" if method != "loop" else ""
                 lines.append(f"{arch:<10}{method:<9}{r['seconds']:>9.3f}{r['images_per_s']:>10.0f}"
                              f"{r['peak_mb']:>9.0f}{gain}")
     return "\n".join(lines)

@@ -7,10 +7,9 @@ The compiled step draws the same numbers as Pyro's step but rounds differently (
 arithmetic), so two runs of one seed drift apart over the epochs as two seeds would, only slower;
 ``tests/test_capture.py`` checks the step itself against Pyro's to float tolerance.
 
-Usage: python scripts/capture_parity.py [--arch mnist_mlp] [--seeds 0 1] [--epochs 10]
-           [--out runs/parity] [--json parity.json]
+Usage: python scripts/capture_parity.py [--arch mnist_mlp] [--seeds 0 1] [--out runs/parity]
+           [--json parity.json] [--override train.epochs=10 ...]
 """
-import argparse
 import json
 import statistics
 import sys
@@ -25,27 +24,26 @@ MODES = ("compile", "eager")
 FIGURES = ("accuracy", "nll", "auroc notmnist", "auroc fashion_mnist")
 
 
-def figures(run_dir: Path, data_root: str | None, samples: int) -> dict:
+def figures(run_dir: Path, data_root: str | None, samples: int, ood_size: int) -> dict:
     """The Bayesian network's test figures and OOD AUROCs, from evaluate_run."""
     evaluation = evaluate_run(run_dir, num_samples=samples, rule="quantile", ood=("notmnist", "fashion_mnist"),
-                              data_root=data_root, ood_size=10000)
+                              data_root=data_root, ood_size=ood_size)
     bayes = evaluation.posteriors["bayes"]
     return {"accuracy": bayes.test.accuracy, "nll": bayes.test.nll,
             **{f"auroc {name}": r.by_mutual_information.auroc for name, r in bayes.ood.items()}}
 
 
-def parity(arch: str, seeds: list[int], epochs: int | None, out: Path, data_root: str | None,
-           samples: int) -> dict:
+def parity(arch: str, seeds: list[int], out: Path, data_root: str | None, samples: int, ood_size: int,
+           overrides: tuple[str, ...] = ()) -> dict:
     results: dict = {mode: {} for mode in MODES}
     for seed in seeds:
         for mode in MODES:
             run_dir = out / f"{arch}_{mode}_seed{seed}"
-            overrides = [f"seed={seed}", f"train.capture={mode}", f"run_dir={run_dir}", "overwrite=true",
+            run_overrides = [f"seed={seed}", f"train.capture={mode}", f"run_dir={run_dir}", "overwrite=true",
                          "train.twin=false", "abstention.calibrate=false", "train.progress=false",
-                         *([f"train.epochs={epochs}"] if epochs else []),
-                         *([f"data.root={data_root}"] if data_root else [])]
-            metrics = train(load_config(arch, overrides))
-            results[mode][seed] = {**figures(run_dir, data_root, samples),
+                         *([f"data.root={data_root}"] if data_root else []), *overrides]
+            metrics = train(load_config(arch, run_overrides))
+            results[mode][seed] = {**figures(run_dir, data_root, samples, ood_size),
                                    "seconds_per_epoch": metrics["bayes"]["seconds_per_epoch"]}
     return results
 
@@ -64,15 +62,18 @@ def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("--arch", default="mnist_mlp", help="a shipped config with MNIST (mnist_mlp, lenet)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--epochs", type=int, default=None, help="train.epochs (default: the config's)")
     parser.add_argument("--samples", type=int, default=100, help="posterior samples per test input")
+    parser.add_argument("--ood-size", type=int, default=10000, help="images of each OOD set")
     parser.add_argument("--out", default="runs/parity", help="where the runs are written")
     parser.add_argument("--data-root", default=None, help="the data folder (default $BNN_ZOO_DATA, then ./data)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides of every run, e.g. train.epochs=10")
     args = parser.parse_args(argv)
 
     def command() -> int:
-        results = parity(args.arch, args.seeds, args.epochs, Path(args.out), args.data_root, args.samples)
+        results = parity(args.arch, args.seeds, Path(args.out), args.data_root, args.samples, args.ood_size,
+                         tuple(args.override))
         print(report(results, args.arch))
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2))

@@ -1,12 +1,15 @@
 """Train a shipped config until its posterior predictive reaches a validation accuracy (mnist_mlp
 98%, lenet 99%, checked every epoch): the epochs, training seconds (validation excluded) and wall
 seconds it took, with the training step captured and compiled and with Pyro's Python at every
-step (``train.capture``; the same draws either way, so the same epochs).
+step (``train.capture``; the same draws either way), each run in a process of its own.
 
 Usage: python scripts/time_to_accuracy.py [--archs mnist_mlp lenet] [--capture compile eager]
-           [--device auto] [--json out.json] [--override train.batch_size=256 ...]
+           [--device auto] [--target 0.98] [--json out.json] [--override train.batch_size=256 ...]
 """
+import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,9 +22,9 @@ from bnn_zoo.train import train
 TARGETS = {"mnist_mlp": 0.98, "lenet": 0.99}
 
 
-def time_to_accuracy(arch: str, capture: str = "compile", device: str = "auto", data_root: str | None = None,
-                     overrides: tuple[str, ...] = ()) -> dict:
-    target = TARGETS[arch]
+def time_to_accuracy(arch: str, target: float, capture: str = "compile", device: str = "auto",
+                     data_root: str | None = None, overrides: tuple[str, ...] = ()) -> dict:
+    """One run to ``target`` validation accuracy, in this process."""
     with tempfile.TemporaryDirectory() as run_dir:
         start = time.perf_counter()
         cfg = load_config(arch, [f"device={device}", f"run_dir={run_dir}", "train.twin=false", "train.eval_every=1",
@@ -36,6 +39,16 @@ def time_to_accuracy(arch: str, capture: str = "compile", device: str = "auto", 
             "wall_s": wall}
 
 
+def in_own_process(spec: dict) -> dict:
+    """``time_to_accuracy(**spec)`` in a fresh Python process (a compiled run leaves the process
+    changed: the run after it would not start as a person's does)."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the run {spec} failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("--archs", nargs="+", default=list(TARGETS), choices=list(TARGETS))
@@ -44,12 +57,20 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     parser.add_argument("--data-root", default=None, help="the MNIST folder (default $BNN_ZOO_DATA, then ./data)")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--target", type=float, default=None,
+                        help="the validation accuracy to reach (default: mnist_mlp 0.98, lenet 0.99)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(time_to_accuracy(**json.loads(args.child))))
+        return 0
 
     def command() -> int:
-        results = {arch: {capture: time_to_accuracy(arch, capture, args.device, args.data_root, tuple(args.override))
-                          for capture in args.capture} for arch in args.archs}
+        results = {arch: {capture: in_own_process({
+            "arch": arch, "target": args.target or TARGETS[arch], "capture": capture, "device": args.device,
+            "data_root": args.data_root, "overrides": args.override}) for capture in args.capture}
+            for arch in args.archs}
         for arch, runs in results.items():
             for capture, r in runs.items():
                 print(f"time to {100 * r['target']:.0f}% validation accuracy, {arch}, train.capture={capture}: "

@@ -89,20 +89,35 @@ def test_benchmark_with_tiny_settings(shared_data, tmp_path, capsys):
     assert f"{gain:.2f}x" in next(x for x in printed.splitlines() if x.startswith("mnist_mlp predict "))
     variance = result["gradient_variance"]["mnist_mlp"]
     assert variance["data"] == "MNIST" and all(variance[r]["loc"] > 0 for r in ("weights", "local"))
-    assert set(result["predict"]["mnist_mlp"]) == {"predict", "loop"}
+    assert set(result["predict"]["mnist_mlp"]) == {"predict", "compiled", "loop"}
 
 
-def test_time_to_accuracy_stops_at_the_target(shared_data, tmp_path, capsys, monkeypatch):
+def test_time_to_accuracy_stops_at_the_target(shared_data, tmp_path, capsys):
     script = load_script("time_to_accuracy")
-    monkeypatch.setitem(script.TARGETS, "mnist_mlp", 0.5)  # a target a tiny run reaches
     out = tmp_path / "tta.json"
     assert script.main(["--archs", "mnist_mlp", "--capture", "trace", "eager", "--device", "cpu", "--json", str(out),
+                        "--target", "0.5", "--data-root", str(shared_data),
                         "--override", "data.train_limit=600", "data.val_size=200", "data.test_limit=50",
                         "model.hidden=[32]", "train.epochs=5", "train.lr=0.01"]) == 0
     runs = json.loads(out.read_text())["mnist_mlp"]
     assert runs["trace"]["reached"] and runs["trace"]["val_accuracy"] >= 0.5 and runs["trace"]["epochs"] < 5
     assert runs["trace"]["val_accuracy"] == runs["eager"]["val_accuracy"]  # the same draws, the same run
     assert f"train.capture=trace: reached after {runs['trace']['epochs']} epochs" in capsys.readouterr().out
+
+
+def test_capture_parity_trains_both_ways_and_tables_the_figures(shared_data, tmp_path, capsys):
+    script = load_script("capture_parity")
+    out = tmp_path / "parity.json"
+    assert script.main(["--seeds", "0", "--samples", "4", "--ood-size", "100", "--out", str(tmp_path / "runs"),
+                        "--json", str(out), "--override", "data.train_limit=600", "data.val_size=100",
+                        "data.test_limit=200", "model.hidden=[16]", "train.epochs=3", "train.lr=0.01"]) == 0
+    results = json.loads(out.read_text())
+    compiled, eager = results["compile"]["0"], results["eager"]["0"]
+    # the same draws: three epochs apart only by float rounding, so the same test predictions nearly everywhere
+    assert abs(compiled["accuracy"] - eager["accuracy"]) <= 0.01 and 0.5 < eager["accuracy"]
+    assert abs(compiled["auroc notmnist"] - eager["auroc notmnist"]) <= 0.01
+    row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("accuracy"))
+    assert f"{compiled['accuracy']:.4f} / {eager['accuracy']:.4f}" in row
 
 
 def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
