@@ -12,6 +12,7 @@ raises ``NotCaptured`` with the reason in one line.
 
 Usage::
 
+    guide(x)                # an autoguide makes its parameters at its first call: before capturing
     step = CapturedStep(lambda x, y: (elbo.differentiable_loss(model, guide, x, y),), [model, guide])
     loss, = step(x, y)      # loss.backward() puts the gradients on the parameters, as Pyro's step would
 """
@@ -19,12 +20,12 @@ from __future__ import annotations
 
 import logging
 import warnings
-import weakref
 from contextlib import contextmanager
 from typing import Callable, Sequence
 
 import pyro
 import torch
+from pyro.infer.autoguide import AutoGuide
 from torch import nn
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -45,26 +46,38 @@ def choose(mode: str, steps: int) -> str:
     return "trace" if steps >= STEPS_TO_TRACE else "eager"
 
 
-# Prediction compiles (once per model and shape) from this many predictions, samples x inputs: on two
-# CPU cores compiling costs 2-5 s and saves 24 us (lenet) or 1.5 us (mnist_mlp) a prediction.
+# Prediction compiles (once per model) from this many predictions, samples x inputs: on two CPU
+# cores compiling costs 2-5 s and saves 24 us (lenet) or 1.5 us (mnist_mlp) a prediction.
 PREDICTIONS_TO_COMPILE = 1_000_000
-_COMPILED_PREDICTIVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def predictive(model, compiled: bool) -> Callable:
     """``f(weights, x)``: the likelihood's predictive of ``model`` (a ``BayesianNet``) at a batch of
-    weight samples; with ``compiled``, compiled by ``torch.compile`` once per model (and input
-    shape), falling back to the plain function with a warning where compiling fails."""
+    weight samples; with ``compiled``, compiled by ``torch.compile`` for the shapes of its first
+    call (other shapes, a last partial batch, run plain: each would be a compile of its own), kept
+    on the model so that it goes with it; the plain function, with a warning, where compiling fails."""
     def plain(weights: dict, x: torch.Tensor) -> torch.Tensor:
         return model.likelihood.predictive(model.forward_with(weights, x))
 
     if not compiled:
         return plain
-    fn = _COMPILED_PREDICTIVES.get(model)
-    if fn is None:
-        fn = _COMPILED_PREDICTIVES[model] = _Compiled(plain, warnings.warn, "prediction runs uncompiled",
-                                                      cuda_graphs=False)
-    return fn
+    if "_compiled_predictive" not in model.__dict__:  # outside the module tree: neither saved nor moved
+        model.__dict__["_compiled_predictive"] = _OneShape(
+            _Compiled(plain, warnings.warn, "prediction runs uncompiled", cuda_graphs=False), plain)
+    return model.__dict__["_compiled_predictive"]
+
+
+class _OneShape:
+    """``compiled`` for the shapes (and mode) of its first call, ``plain`` for any other."""
+
+    def __init__(self, compiled: Callable, plain: Callable):
+        self.compiled, self.plain, self.signature = compiled, plain, None
+
+    def __call__(self, weights: dict, x: torch.Tensor) -> torch.Tensor:
+        signature = (tuple(w.shape for w in weights.values()), x.shape, x.dtype, x.device, torch.is_grad_enabled())
+        if self.signature is None:
+            self.signature = signature
+        return (self.compiled if signature == self.signature else self.plain)(weights, x)
 
 
 DESCRIBED = {"compile": "captured and compiled", "trace": "captured, replayed op by op",
@@ -96,22 +109,35 @@ class CapturedStep:
     needs a new step; ``load_state_dict`` copies into the old ones); buffers are read and updated
     in place (BatchNorm's running statistics). PyroModules must hold module-local parameters
     (``pyro.settings.set(module_local_params=True)``): with Pyro's global parameter store the trace
-    would not see the modules' parameters.
+    would not see the modules' parameters. A graph is kept per input signature and train/eval mode;
+    plain Python values ``fn`` reads (a KL weight, ``num_data``) are frozen into it. A signature
+    that cannot be captured raises ``NotCaptured`` at each call; the others still replay. On CUDA
+    each call starts a new step of the CUDA graph: read the last call's results before the next.
     """
 
     def __init__(self, fn: Callable, modules: Sequence[nn.Module], compiled: bool = False,
                  note: Callable[[str], None] = warnings.warn):
+        for module in modules:
+            if isinstance(module, AutoGuide) and getattr(module, "prototype_trace", True) is None:
+                raise ValueError(f"the {type(module).__name__} has no parameters yet: call it once "
+                                 "(guide(x)) before capturing a step")
         self.root = _Modules(fn, modules)
         self.compiled, self.note = compiled, note
-        self.graphs: dict[tuple, Callable] = {}
+        self.graphs: dict[tuple, Callable | NotCaptured] = {}
         self.params = dict(self.root.named_parameters())
         self.buffers = dict(self.root.named_buffers())
+        self.modes = [m for m in self.root.modules()]
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+        key = (tuple((tuple(t.shape), t.dtype, t.device) for t in inputs), tuple(m.training for m in self.modes))
         graph = self.graphs.get(key)
         if graph is None:
-            graph = self.graphs[key] = self._capture(inputs)
+            try:
+                graph = self.graphs[key] = self._capture(inputs)
+            except NotCaptured as err:
+                graph = self.graphs[key] = err
+        if isinstance(graph, NotCaptured):
+            raise graph
         params, buffers = self.params.values(), self.buffers.values()
         return _Replay.apply(graph, len(params), len(buffers), *params, *buffers, *inputs)
 
@@ -127,11 +153,19 @@ class CapturedStep:
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             return loss.detach(), [f.detach() for f in figures], list(grads)
 
+        if not torch.is_grad_enabled():
+            raise NotCaptured("gradients are off (torch.no_grad): a step is captured with its backward pass")
         try:
             graph = make_fx(step, tracing_mode="fake")(list(self.params.values()), list(self.buffers.values()),
                                                        list(inputs))
         except Exception as err:  # noqa: BLE001 - whatever the trace met, the step runs uncaptured
+            if "DataDependent" in type(err).__name__:
+                raise NotCaptured(f"the computation branches on a tensor's value ({type(err).__name__}), "
+                                  "which a trace would freeze") from None
             raise NotCaptured(f"{type(err).__name__}: {_first_line(err)}") from None
+        if dict(self.root.named_parameters()).keys() != self.params.keys():
+            raise NotCaptured("the modules made new parameters while traced: make them before the step "
+                              "(call the guide once)")
         if not self.compiled:
             return graph
         return _Compiled(graph, self.note, "the captured step runs uncompiled", cuda_graphs=True)
@@ -153,15 +187,21 @@ class _Compiled:
         if self.run is not None:
             return self.run(*args)
         self.cuda = self.cuda_graphs and any(t.is_cuda for t in args[0])
-        compiled = torch.compile(self.fn, dynamic=False,
-                                 options={"fallback_random": True, "triton.cudagraphs": self.cuda})
+        cuda_devices = [t.device for t in args[0] if t.is_cuda][:1] if self.cuda else []
         try:
-            with _compiling():
+            with _compiling(), torch.random.fork_rng(devices=cuda_devices):
+                compiled = torch.compile(self.fn, dynamic=False,
+                                         options={"fallback_random": True, "triton.cudagraphs": self.cuda})
                 out = compiled(*args)
+                rng = torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in cuda_devices]
         except Exception as err:  # noqa: BLE001 - compiling is an optimization; fn computes the same
+            # the random streams are as they were (fork_rng): fn draws what the compiled one would have
             self.note(f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); {self.fallback}")
             self.run = self.fn
             return self.run(*args)
+        torch.set_rng_state(rng[0])
+        for device, state in zip(cuda_devices, rng[1]):
+            torch.cuda.set_rng_state(state, device)
         self.run = compiled
         return out
 
@@ -195,7 +235,7 @@ class _Replay(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *_figures):
         present = [g for g in ctx.grads if g is not None]
-        scaled = iter(torch._foreach_mul(present, grad_loss))  # one call for all (the optimizers' own kernels)
+        scaled = iter(torch._foreach_mul(present, grad_loss) if present else [])  # one call for all
         grads = [None if g is None else next(scaled) for g in ctx.grads]
         return (None, None, None, *grads, *[None] * ctx.n_rest)
 

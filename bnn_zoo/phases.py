@@ -83,6 +83,7 @@ class BayesPhase:
         self.capture = choose(t.capture, t.epochs * math.ceil(num_data / t.batch_size))
         self._captured = None if self.capture == "eager" else \
             CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log)
+        self._uncaptured: set[str] = set()  # why a step was not captured, said once each
 
     def parameters(self) -> list[torch.Tensor]:
         return [*self.guide.parameters(), *self.model.parameters()]
@@ -93,13 +94,12 @@ class BayesPhase:
         return loss, parts.data_fit
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if self._captured is not None:
-            try:
-                loss, data_fit = self._captured(x, y)
-            except NotCaptured as err:
+        try:
+            loss, data_fit = (self._captured or self._loss_and_data_fit)(x, y)
+        except NotCaptured as err:  # for this batch shape: the others stay captured
+            if str(err) not in self._uncaptured:
+                self._uncaptured.add(str(err))
                 self.log(f"train.capture={self.capture}: cannot capture the step ({err}); it runs uncaptured")
-                self._captured = None
-        if self._captured is None:
             loss, data_fit = self._loss_and_data_fit(x, y)
         self._data_fit = self._data_fit + data_fit
         return loss

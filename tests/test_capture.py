@@ -1,5 +1,9 @@
 """The captured step (bnn_zoo.capture) is Pyro's step: the same draws, loss, gradients and update."""
+import gc
 import json
+import subprocess
+import sys
+import weakref
 
 import pyro
 import pytest
@@ -64,10 +68,11 @@ def one_step(model, guide, x, y, reparam: str, capture: str):
         pyro.set_rng_seed(1)
         loss, data_fit = step(x, y)
         loss.backward()
+    rng = torch.get_rng_state()
     grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
     optimizer.step()
     after = {n: p.detach().clone() for n, p in params.items()}
-    return loss.detach(), data_fit, grads, after, {n: b.clone() for n, b in model.named_buffers()}
+    return loss.detach(), data_fit, grads, after, {n: b.clone() for n, b in model.named_buffers()}, rng
 
 
 def assert_same(eager, captured, exact: bool):
@@ -77,7 +82,8 @@ def assert_same(eager, captured, exact: bool):
 
     for what, a, b in zip(("loss", "data fit"), eager[:2], captured[:2]):
         assert close(a, b), f"{what}: eager {a.item()}, captured {b.item()}"
-    for what, a, b in zip(("gradient", "updated parameter", "buffer"), eager[2:], captured[2:]):
+    assert torch.equal(eager[5], captured[5]), "the step drew another number of random numbers"
+    for what, a, b in zip(("gradient", "updated parameter", "buffer"), eager[2:5], captured[2:5]):
         assert a.keys() == b.keys(), what
         for name in a:
             assert close(a[name], b[name]), f"{what} {name} differs by {(a[name] - b[name]).abs().max().item():.3g}"
@@ -110,9 +116,10 @@ def test_capturing_draws_no_random_number_and_replays_draw_fresh_ones():
     with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
         step = CapturedStep(lambda x, y: (elbo.differentiable_loss(model, guide, x, y),), [model, guide])
         state = torch.get_rng_state()
-        step.graphs[("x", "y")] = step._capture((x, y))
+        step._capture((x, y))
         assert torch.equal(torch.get_rng_state(), state)
         first, second = step(x, y)[0], step(x, y)[0]
+    assert len(step.graphs) == 1  # captured once, replayed
     assert first != second  # each replay draws new weights
 
 
@@ -129,10 +136,36 @@ def test_a_step_that_branches_on_a_tensor_value_is_not_captured():
     with pyro.settings.context(module_local_params=True):
         model, guide = bayesian(Branching(), num_data=10)
         x, y = torch.randn(4, 3), torch.randint(0, 2, (4,))
+        guide(x)
         step = CapturedStep(lambda x, y: (SplitELBO().differentiable_loss(model, guide, x, y),), [model, guide])
-        with pytest.raises(NotCaptured) as caught:
-            step(x, y)
-    assert "\n" not in str(caught.value) and str(caught.value)
+        for _ in range(2):  # said again at each call of that signature
+            with pytest.raises(NotCaptured, match="branches on a tensor's value") as caught:
+                step(x, y)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_guide_without_parameters_yet_is_refused_before_tracing():
+    with pyro.settings.context(module_local_params=True):
+        model, guide = bayesian(nn.Linear(3, 2), num_data=10)
+        with pytest.raises(ValueError, match=r"has no parameters yet: call it once \(guide\(x\)\)"):
+            CapturedStep(lambda x, y: (SplitELBO().differentiable_loss(model, guide, x, y),), [model, guide])
+
+
+def test_train_and_eval_mode_are_captured_apart():
+    """BatchNorm normalizes by the batch in train mode and by its running statistics in eval mode:
+    a graph traced in one mode is not replayed in the other."""
+    model, guide, x, y = pair(ANY_NET)
+    elbo = SplitELBO()
+    fn = lambda x, y: (elbo.differentiable_loss(model, guide, x, y),)  # noqa: E731
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
+        step = CapturedStep(fn, [model, guide])
+        step(x, y)
+        model.eval()
+        pyro.set_rng_seed(2)
+        captured = step(x, y)[0]
+        pyro.set_rng_seed(2)
+        eager = fn(x, y)[0]
+    assert len(step.graphs) == 2 and torch.equal(captured, eager.detach())
 
 
 def test_a_phase_that_cannot_capture_says_so_and_trains_as_pyro_does():
@@ -210,12 +243,24 @@ def test_compiled_prediction_is_the_plain_one_on_the_same_draws(arch):
 
 
 def test_compiling_leaves_the_callers_settings_as_they_were():
-    """TorchDynamo's first compile turns torch.distributions' validation off process-wide; the
-    zoo's compiled paths give it back (the fixture checks every Pyro setting after each test)."""
-    from torch.distributions import Distribution
+    """TorchDynamo's first compile in a process turns torch.distributions' validation off for
+    everyone; the zoo's compiled paths give it back. In a fresh process, where that first compile
+    is the zoo's."""
+    code = ("import torch; from torch.distributions import Distribution; from bnn_zoo import build; "
+            "from bnn_zoo.sampling import predict; model, guide = build('mnist_mlp', hidden=[8]); "
+            "x = torch.randn(3, 1, 28, 28); guide(x); predict(model, guide, x, 2, compiled=True); "
+            "print(Distribution._validate_args)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
 
+
+def test_a_compiled_prediction_goes_with_its_model():
     from bnn_zoo.sampling import predict
 
     model, guide, x, _ = pair("mnist_mlp")
     predict(model, guide, x, 2, compiled=True)
-    assert Distribution._validate_args is True
+    gone = weakref.ref(model)
+    del model, guide
+    gc.collect()
+    assert gone() is None

@@ -138,7 +138,7 @@ def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
         assert f"{entry['steps_per_s'] / results['bbb']['steps_per_s']:5.2f}x bbb" in line
 
 
-@pytest.mark.parametrize("contender", ["zoo", "zoo_traced", "bbb", "tyxe", "bt_reparam", "bt_flipout", "blitz",
+@pytest.mark.parametrize("contender", ["zoo", "zoo_traced", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
                                        "twin"])
 def test_every_contender_of_the_peers_benchmark_learns(contender):
     """Each step the speed table times is a working trainer: on y = 3 sin(3x) the tiny network's
