@@ -14,9 +14,10 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
+
+from _child import in_own_process
 
 PREDICTION = ("predict", "compiled", "loop")  # bnn_zoo.predict plain and compiled; Pyro's Predictive
 
@@ -131,15 +132,6 @@ def gradient_variance(spec: dict) -> dict:
     return out
 
 
-def _child(spec: dict) -> dict:
-    """Run ``spec`` in a fresh Python process; its last stdout line is the JSON result."""
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"measurement {spec} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 # ---- the report ----
 
 def run_benchmark(args) -> dict:
@@ -147,15 +139,13 @@ def run_benchmark(args) -> dict:
     results = {"device": args.device, "posterior_sd": args.posterior_sd, "batch_size": args.batch_size,
                "gradient_variance": {}, "predict": {}}
     for arch in args.archs:
-        results["gradient_variance"][arch] = _child({**base, "kind": "gradvar", "arch": arch,
-                                                    "batch_size": args.batch_size, "draws": args.draws,
-                                                    "posterior_sd": args.posterior_sd,
-                                                    "data_root": args.data_root})
+        results["gradient_variance"][arch] = in_own_process(__file__, {
+            **base, "kind": "gradvar", "arch": arch, "batch_size": args.batch_size, "draws": args.draws,
+            "posterior_sd": args.posterior_sd, "data_root": args.data_root})
     for arch in args.archs:
-        results["predict"][arch] = {m: _child({**base, "kind": "predict", "method": m, "arch": arch,
-                                              "samples": args.samples, "images": args.images,
-                                              "predict_repeats": args.predict_repeats,
-                                              "chunk_size": args.chunk_size}) for m in PREDICTION}
+        results["predict"][arch] = {m: in_own_process(__file__, {
+            **base, "kind": "predict", "method": m, "arch": arch, "samples": args.samples, "images": args.images,
+            "predict_repeats": args.predict_repeats, "chunk_size": args.chunk_size}) for m in PREDICTION}
     return results
 
 

@@ -27,11 +27,11 @@ Usage: python scripts/peers.py [--archs mnist_mlp lenet tiny] [--contenders zoo 
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from _child import ChildFailed, in_own_process
 
 CONTENDERS = ("zoo", "zoo_traced", "zoo_compiled", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
               "twin")
@@ -258,14 +258,12 @@ def measure(spec: dict) -> dict:
 
 def _child(spec: dict) -> dict:
     """``measure(spec)`` in a fresh Python process; a missing peer comes back as {"skipped": why}."""
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-        if "ModuleNotFoundError" in last:
-            return {"skipped": f"{last.split(': ', 1)[-1]} (pip install -e .[bench])"}
-        raise RuntimeError(f"{spec['contender']} on {spec['shape']} failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return in_own_process(__file__, spec)
+    except ChildFailed as err:
+        if "ModuleNotFoundError" in err.last:
+            return {"skipped": f"{err.last.split(': ', 1)[-1]} (pip install -e .[bench])"}
+        raise
 
 
 def run_rounds(args) -> dict:

@@ -8,12 +8,11 @@ Usage: python scripts/time_to_accuracy.py [--archs mnist_mlp lenet] [--capture c
 """
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 
+from _child import in_own_process
 from bnn_zoo import cli
 from bnn_zoo.capture import MODES
 from bnn_zoo.config import load_config
@@ -39,16 +38,6 @@ def time_to_accuracy(arch: str, target: float, capture: str = "compile", device:
             "wall_s": wall}
 
 
-def in_own_process(spec: dict) -> dict:
-    """``time_to_accuracy(**spec)`` in a fresh Python process (a compiled run leaves the process
-    changed: the run after it would not start as a person's does)."""
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the run {spec} failed: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("--archs", nargs="+", default=list(TARGETS), choices=list(TARGETS))
@@ -67,7 +56,7 @@ def main(argv=None) -> int:
         return 0
 
     def command() -> int:
-        results = {arch: {capture: in_own_process({
+        results = {arch: {capture: in_own_process(__file__, {
             "arch": arch, "target": args.target or TARGETS[arch], "capture": capture, "device": args.device,
             "data_root": args.data_root, "overrides": args.override}) for capture in args.capture}
             for arch in args.archs}

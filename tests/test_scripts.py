@@ -4,6 +4,7 @@ import importlib.util
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 import pyro
@@ -16,11 +17,14 @@ from bnn_zoo.ladder import BAYES, TWIN
 from bnn_zoo.pruning import posterior_loc_scale
 from bnn_zoo.reports import rejection_report
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
+SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = sorted(p for p in SCRIPTS_DIR.glob("*.py") if not p.name.startswith("_"))  # _child: their helper
 
 
 def load_script(name: str):
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    if str(SCRIPTS_DIR) not in sys.path:  # as `python scripts/NAME.py` has it: the scripts import _child
+        sys.path.insert(0, str(SCRIPTS_DIR))
+    path = SCRIPTS_DIR / f"{name}.py"
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

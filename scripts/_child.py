@@ -1,0 +1,27 @@
+"""Each measurement in a Python process of its own: the scripts' one way to run themselves with
+``--child SPEC`` and read back the JSON their last line prints (so a figure's memory, threads and
+compiled state are its own, and one contender cannot warm up another).
+
+Usage: ``result = in_own_process(__file__, {"arch": "lenet", ...})``
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+class ChildFailed(RuntimeError):
+    """The measurement's process failed; ``last`` is the last line it wrote to stderr."""
+
+    def __init__(self, spec: dict, stderr: str, returncode: int):
+        self.last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}"
+        super().__init__(f"the measurement {spec} failed: {stderr.strip()[-2000:]}")
+
+
+def in_own_process(script: str, spec: dict) -> dict:
+    """``python SCRIPT --child SPEC`` in a fresh process: its last line of stdout, as JSON."""
+    done = subprocess.run([sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ChildFailed(spec, done.stderr, done.returncode)
+    return json.loads(done.stdout.strip().splitlines()[-1])
