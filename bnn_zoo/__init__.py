@@ -12,6 +12,7 @@ Usage::
     probs = bnn_zoo.predict(trained.model, trained.guide, x, num_samples=100)
 """
 from .bnn import BayesianNet, bayesian
+from .conformal import ConformalSets, calibrate_sets
 from .trained import Trained, load
 from .elbo import SplitELBO
 from .guides import DirectAutoNormal, make_guide
@@ -22,7 +23,7 @@ from .reparam import LocalReparameterization
 from .twin import Twin
 from .zoo import ARCHITECTURES, build, make_net, make_twin
 
-__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "DirectAutoNormal", "Gaussian",
+__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "Gaussian",
            "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
-           "Twin", "bayesian", "build", "load", "make_guide", "make_net", "make_prior", "make_twin",
-           "predict"]
+           "Twin", "bayesian", "build", "calibrate_sets", "load", "make_guide", "make_net", "make_prior",
+           "make_twin", "predict"]

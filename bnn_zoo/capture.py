@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from contextlib import contextmanager
 from typing import Callable, Sequence
 
@@ -49,22 +50,31 @@ def choose(mode: str, steps: int) -> str:
 # Prediction compiles (once per model) from this many predictions, samples x inputs: on two CPU
 # cores compiling costs 2-5 s and saves 24 us (lenet) or 1.5 us (mnist_mlp) a prediction.
 PREDICTIONS_TO_COMPILE = 1_000_000
+_COMPILED_PREDICTIVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its compiled predictive
 
 
 def predictive(model, compiled: bool) -> Callable:
     """``f(weights, x)``: the likelihood's predictive of ``model`` (a ``BayesianNet``) at a batch of
     weight samples; with ``compiled``, compiled by ``torch.compile`` for the shapes of its first
     call (other shapes, a last partial batch, run plain: each would be a compile of its own), kept
-    on the model so that it goes with it; the plain function, with a warning, where compiling fails."""
+    while the model lives (not on it: the model still pickles and copies); the plain function, with
+    a warning, where compiling fails."""
+    if not compiled:
+        return _plain(weakref.ref(model))
+    if model not in _COMPILED_PREDICTIVES:
+        plain = _plain(weakref.ref(model))
+        _COMPILED_PREDICTIVES[model] = _OneShape(
+            _Compiled(plain, warnings.warn, "prediction runs uncompiled", cuda_graphs=False), plain)
+    return _COMPILED_PREDICTIVES[model]
+
+
+def _plain(model_ref: weakref.ref) -> Callable:
+    """The predictive of the model ``model_ref`` refers to, holding no reference that keeps it alive."""
     def plain(weights: dict, x: torch.Tensor) -> torch.Tensor:
+        model = model_ref()
         return model.likelihood.predictive(model.forward_with(weights, x))
 
-    if not compiled:
-        return plain
-    if "_compiled_predictive" not in model.__dict__:  # outside the module tree: neither saved nor moved
-        model.__dict__["_compiled_predictive"] = _OneShape(
-            _Compiled(plain, warnings.warn, "prediction runs uncompiled", cuda_graphs=False), plain)
-    return model.__dict__["_compiled_predictive"]
+    return plain
 
 
 class _OneShape:

@@ -1,4 +1,5 @@
 """The captured step (bnn_zoo.capture) is Pyro's step: the same draws, loss, gradients and update."""
+import copy
 import gc
 import json
 import subprocess
@@ -255,11 +256,14 @@ def test_compiling_leaves_the_callers_settings_as_they_were():
     assert done.stdout.strip().splitlines()[-1] == "True"
 
 
-def test_a_compiled_prediction_goes_with_its_model():
+def test_a_compiled_prediction_goes_with_its_model_which_still_copies_and_pickles():
+    import pickle
+
     from bnn_zoo.sampling import predict
 
     model, guide, x, _ = pair("mnist_mlp")
     predict(model, guide, x, 2, compiled=True)
+    pickle.dumps(model), copy.deepcopy(model)
     gone = weakref.ref(model)
     del model, guide
     gc.collect()
