@@ -1,0 +1,52 @@
+"""Temperature scaling (bnn_zoo.temperature) recovers the temperature that miscalibrated a predictor."""
+import pytest
+import torch
+
+from bnn_zoo.temperature import fit_temperature
+
+
+@pytest.mark.parametrize("overconfidence", [0.5, 1.0, 2.0, 4.0])
+def test_the_fitted_temperature_undoes_an_overconfident_predictor(overconfidence):
+    """Labels drawn from softmax(z); the predictor says softmax(overconfidence z): the NLL's minimum
+    lies at T = overconfidence, within sampling error on 20,000 inputs."""
+    generator = torch.Generator().manual_seed(0)
+    z = torch.randn(20000, 10, generator=generator) * 2
+    labels = torch.multinomial(z.softmax(-1), 1, generator=generator).squeeze(-1)
+    t = fit_temperature(overconfidence * z, labels)
+    assert abs(t / overconfidence - 1) < 0.03, t
+
+
+def test_the_argmax_and_so_the_accuracy_stay():
+    z = torch.randn(500, 10, generator=torch.Generator().manual_seed(1))
+    labels = z.argmax(-1)
+    t = fit_temperature(z, labels)
+    assert torch.equal((z / t).argmax(-1), z.argmax(-1))
+
+
+@pytest.mark.parametrize("logits, labels, message", [
+    (torch.randn(5, 3), torch.zeros(4, dtype=torch.long), r"need logits \[N, C\] and one label per row"),
+    (torch.full((2, 3), float("nan")), torch.zeros(2, dtype=torch.long), "the logits hold NaN or inf"),
+])
+def test_bad_input_is_refused_in_one_line(logits, labels, message):
+    with pytest.raises(ValueError, match=message):
+        fit_temperature(logits, labels)
+
+
+def test_a_trained_twin_scaled_on_validation_has_a_lower_test_nll(tiny_run, shared_data):
+    """The tiny run's twin, a temperature fitted on its validation split: the test NLL falls and
+    the accuracy stays."""
+    import torch.nn.functional as F
+
+    from bnn_zoo import load
+    from bnn_zoo.calibrate import validation_set
+    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.sampling import evaluating
+
+    trained = load(tiny_run)
+    x_val, y_val = validation_set(trained, str(shared_data))
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    with torch.no_grad(), evaluating(trained.twin):
+        t = fit_temperature(trained.twin(x_val), y_val)
+        logits = trained.twin(normalize(images[:3000]))
+    before, after = F.cross_entropy(logits, labels[:3000]), F.cross_entropy(logits / t, labels[:3000])
+    assert after < before - 0.005, (t, before.item(), after.item())
