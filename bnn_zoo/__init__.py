@@ -20,10 +20,11 @@ from .likelihoods import Categorical, Gaussian
 from .sampling import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
 from .priors import GaussianPrior, ScaleMixturePrior, make_prior
 from .reparam import LocalReparameterization
+from .temperature import fit_temperature
 from .twin import Twin
 from .zoo import ARCHITECTURES, build, make_net, make_twin
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "Gaussian",
            "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
-           "Twin", "bayesian", "build", "calibrate_sets", "load", "make_guide", "make_net", "make_prior",
-           "make_twin", "predict"]
+           "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
+           "make_prior", "make_twin", "predict"]

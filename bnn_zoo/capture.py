@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import types
 import warnings
 import weakref
 from contextlib import contextmanager
@@ -63,8 +64,12 @@ def predictive(model, compiled: bool) -> Callable:
         return _plain(weakref.ref(model))
     if model not in _COMPILED_PREDICTIVES:
         plain = _plain(weakref.ref(model))
+        # a code object of its own: TorchDynamo keeps its compiled entries, and their limit of 8,
+        # per code object, so models sharing one would crowd each other out
+        own = types.FunctionType(plain.__code__.replace(), plain.__globals__, plain.__name__,
+                                 plain.__defaults__, plain.__closure__)
         _COMPILED_PREDICTIVES[model] = _OneShape(
-            _Compiled(plain, warnings.warn, "prediction runs uncompiled", cuda_graphs=False), plain)
+            _Compiled(own, warnings.warn, "prediction runs uncompiled", cuda_graphs=False), plain)
     return _COMPILED_PREDICTIVES[model]
 
 

@@ -20,7 +20,7 @@ Usage::
 
     sets = calibrate_sets(val_probs, val_labels, alpha=0.01)       # [S, N, C] or [N, C]; thr
     member = sets.predict(test_probs)                              # bool [N, C]
-    sets.coverage(test_probs, test_labels), sets.mean_size(test_probs)
+    coverage, size = sets.coverage_and_size(test_probs, test_labels)
 """
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ def class_scores(probs: torch.Tensor, score: str = "thr", lam: float = 0.01, k_r
         raise ValueError(f"unknown conformal score {score!r}; choose one of {', '.join(SCORES)}")
     ordered, order = p.sort(dim=-1, descending=True)
     above = torch.empty_like(p).scatter_(-1, order, ordered.cumsum(-1) - ordered)  # mass of the classes above
-    u = torch.rand(len(p), 1, generator=generator, dtype=p.dtype, device="cpu" if generator else p.device)
-    mass = above + u.to(p.device) * p
+    u = torch.rand(len(p), 1, generator=generator, dtype=p.dtype,
+                   device=generator.device if generator is not None else p.device)
+    mass = above + u.to(p.device) * p  # one u per input: its sets are nested, top class first
     if score == "aps":
         return mass
     rank = torch.empty_like(p).scatter_(-1, order, torch.arange(1, p.shape[-1] + 1, dtype=p.dtype,
@@ -64,7 +65,8 @@ def class_scores(probs: torch.Tensor, score: str = "thr", lam: float = 0.01, k_r
 @dataclass(frozen=True)
 class ConformalSets:
     """Sets with coverage at least ``1 - alpha``: every class whose ``score`` is at or under
-    ``threshold`` (and the most probable class), calibrated on ``n`` inputs."""
+    ``threshold``, calibrated on ``n`` inputs. aps and raps draw a new u at each call: measure a
+    set's coverage and size on one draw (``coverage_and_size``)."""
 
     score: str
     alpha: float
@@ -82,15 +84,12 @@ class ConformalSets:
             member = member.scatter(-1, mean_predictive(probs).argmax(-1, keepdim=True), True)
         return member
 
-    def coverage(self, probs: torch.Tensor, labels: torch.Tensor, generator: torch.Generator | None = None,
-                 nonempty: bool = False) -> float:
-        """The share of inputs whose true class is in their set."""
+    def coverage_and_size(self, probs: torch.Tensor, labels: torch.Tensor, generator: torch.Generator | None = None,
+                          nonempty: bool = False) -> tuple[float, float]:
+        """(the share of inputs whose true class is in their set, the mean set size), of one draw."""
         member = self.predict(probs, generator, nonempty)
-        return member.gather(-1, labels.reshape(-1, 1)).float().mean().item()
-
-    def mean_size(self, probs: torch.Tensor, generator: torch.Generator | None = None,
-                  nonempty: bool = False) -> float:
-        return self.predict(probs, generator, nonempty).sum(-1).float().mean().item()
+        return (member.gather(-1, labels.reshape(-1, 1)).float().mean().item(),
+                member.sum(-1).float().mean().item())
 
     def to_dict(self) -> dict:
         return {"score": self.score, "alpha": self.alpha, "threshold": self.threshold, "n": self.n,
@@ -106,12 +105,16 @@ def calibrate_sets(probs: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}: sets cover the true class with "
                          "probability 1 - alpha")
     p = mean_predictive(probs)
+    if not (p.isfinite().all() and torch.allclose(p.sum(-1), torch.ones((), dtype=p.dtype, device=p.device),
+                                                  atol=1e-3)):
+        raise ValueError("probs must be class probabilities, finite and summing to 1 over the last dim "
+                         "(predict()'s output of a classifier)")
     if labels.shape != p.shape[:1]:
         raise ValueError(f"{len(labels)} labels for {len(p)} inputs: give one class per calibration input")
     n = len(labels)
     if n == 0:
         raise ValueError("no calibration inputs: give the validation split's predictive and labels")
     true = class_scores(p, score, lam, k_reg, generator).gather(-1, labels.reshape(-1, 1)).squeeze(-1)
-    rank = math.ceil((n + 1) * (1 - alpha))  # the k-th smallest of n scores: exchangeability's +1
+    rank = math.ceil((n + 1) * (1 - alpha) - 1e-9)  # the k-th smallest of n scores: exchangeability's +1
     threshold = math.inf if rank > n else true.sort().values[rank - 1].item()
     return ConformalSets(score, alpha, threshold, n, lam, k_reg)

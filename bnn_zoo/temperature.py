@@ -9,32 +9,40 @@ Usage::
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
+BOUNDS = (0.05, 20.0)  # the temperatures searched
 
-def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, steps: int = 50) -> float:
-    """The T > 0 minimizing the mean NLL of softmax(logits / T) on ``labels`` (logits [N, C], never
-    the training data's), by L-BFGS on log T, from T = 1."""
+
+def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, steps: int = 100) -> float:
+    """The T in ``BOUNDS`` minimizing the mean NLL of softmax(logits / T) on ``labels`` (logits
+    [N, C], never the training data's). The NLL is convex in 1/T (a log-sum-exp of functions linear
+    in it), so a ternary search over 1/T finds its minimum. Refused where no temperature is best: a
+    validation set the network gets all right (the NLL falls forever as T -> 0), or an optimum
+    outside ``BOUNDS``."""
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(f"need logits [N, C] and one label per row; got {tuple(logits.shape)} and "
                          f"{tuple(labels.shape)}")
     if not logits.isfinite().all():
         raise ValueError("the logits hold NaN or inf: a network that diverged cannot be recalibrated")
     logits, labels = logits.detach().double(), labels.detach()
-    log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=steps, line_search_fn="strong_wolfe")
+    if bool((logits.argmax(-1) == labels).all()):
+        raise ValueError(f"the network classifies all {len(labels)} inputs right: their NLL falls without end as "
+                         "T -> 0, so no temperature is best; calibrate on a larger held-out set")
 
-    def nll():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(logits / log_t.exp(), labels)
-        loss.backward()
-        return loss
+    def nll(beta: float) -> float:
+        return F.cross_entropy(logits * beta, labels).item()
 
-    optimizer.step(nll)
-    t = log_t.exp().item()
-    if not math.isfinite(t):
-        raise ValueError("temperature scaling did not converge: check that the labels match the logits")
-    return t
+    low, high = 1 / BOUNDS[1], 1 / BOUNDS[0]
+    for _ in range(steps):
+        a, b = low + (high - low) / 3, high - (high - low) / 3
+        if nll(a) < nll(b):
+            high = b
+        else:
+            low = a
+    beta = (low + high) / 2
+    if beta <= 1 / BOUNDS[1] * 1.001 or beta >= 1 / BOUNDS[0] * 0.999:
+        raise ValueError(f"the best temperature lies outside {BOUNDS[0]}..{BOUNDS[1]}: check that the labels "
+                         "belong to the logits")
+    return 1 / beta

@@ -18,10 +18,18 @@ class ChildFailed(RuntimeError):
         super().__init__(f"the measurement {spec} failed: {stderr.strip()[-2000:]}")
 
 
-def in_own_process(script: str, spec: dict) -> dict:
-    """``python SCRIPT --child SPEC`` in a fresh process: its last line of stdout, as JSON."""
-    done = subprocess.run([sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
-                          capture_output=True, text=True)
+def in_own_process(script: str, spec: dict, timeout: float | None = None) -> dict:
+    """``python SCRIPT --child SPEC`` in a fresh process (killed after ``timeout`` seconds): its
+    last line of stdout, as JSON."""
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise ChildFailed(spec, f"timed out after {timeout} s: {err.stderr or ''}", -1) from None
     if done.returncode != 0:
         raise ChildFailed(spec, done.stderr, done.returncode)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise ChildFailed(spec, f"no JSON on its last line of output: {done.stdout.strip()[-500:]!r} "
+                                f"{done.stderr.strip()[-1500:]}", 0) from None

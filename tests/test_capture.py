@@ -261,10 +261,14 @@ def test_a_compiled_prediction_goes_with_its_model_which_still_copies_and_pickle
 
     from bnn_zoo.sampling import predict
 
+    from bnn_zoo.capture import _COMPILED_PREDICTIVES
+
     model, guide, x, _ = pair("mnist_mlp")
     predict(model, guide, x, 2, compiled=True)
+    compiled = _COMPILED_PREDICTIVES[model].compiled
+    assert compiled.run is not None and compiled.run is not compiled.fn  # compiled, not fallen back
     pickle.dumps(model), copy.deepcopy(model)
-    gone = weakref.ref(model)
-    del model, guide
+    gone, buffer_gone = weakref.ref(model), weakref.ref(model.prior.scale)
+    del model, guide, compiled
     gc.collect()
-    assert gone() is None
+    assert gone() is None and buffer_gone() is None

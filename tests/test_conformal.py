@@ -29,7 +29,7 @@ def test_the_true_class_scores_under_the_threshold_at_the_exact_conformal_rate(s
         true_scores = class_scores(probs, score, generator=generator).gather(-1, labels[:, None]).squeeze(-1)
         rates.append((true_scores <= sets.threshold).float().mean().item())
         generator.set_state(state)  # the sets' own draws of u: the same as the scores'
-        covered.append(sets.coverage(probs, labels, generator, nonempty=True))
+        covered.append(sets.coverage_and_size(probs, labels, generator, nonempty=True)[0])
     mean = sum(rates) / len(rates)
     assert abs(mean - 46 / 51) < 0.004, mean  # the standard error is 0.001
     assert min(c - r for c, r in zip(covered, rates)) >= 0  # nonempty sets cover at least as often
@@ -76,6 +76,13 @@ def test_bad_settings_are_refused_in_one_line(kwargs, message):
         calibrate_sets(probs, labels, **kwargs)
 
 
+def test_what_is_not_a_classifier_s_probabilities_is_refused():
+    labels = torch.zeros(4, dtype=torch.long)
+    for probs in (torch.randn(4, 2), torch.full((4, 3), float("nan"))):  # a regression's [N, 2]; NaN
+        with pytest.raises(ValueError, match="probs must be class probabilities, finite and summing to 1"):
+            calibrate_sets(probs, labels)
+
+
 def test_labels_must_match_the_inputs():
     probs, labels = draws(20, torch.Generator().manual_seed(4))
     with pytest.raises(ValueError, match="19 labels for 20 inputs"):
@@ -98,6 +105,6 @@ def test_sets_on_a_trained_posterior_cover_fresh_images_at_the_stated_rate(tiny_
     for score in SCORES:
         generator = torch.Generator().manual_seed(0)
         sets = calibrate_sets(probs[:, :4000], labels[:4000], alpha=0.1, score=score, generator=generator)
-        coverage = sets.coverage(probs[:, 4000:], labels[4000:], generator)
+        coverage, size = sets.coverage_and_size(probs[:, 4000:], labels[4000:], generator)
         assert abs(coverage - 0.9) < 0.02, (score, coverage)
-        assert 0.5 < sets.mean_size(probs[:, 4000:], generator) < 3  # not every class: sets that say something
+        assert 0.5 < size < 3  # not every class: sets that say something

@@ -16,16 +16,25 @@ def test_the_fitted_temperature_undoes_an_overconfident_predictor(overconfidence
     assert abs(t / overconfidence - 1) < 0.03, t
 
 
-def test_the_argmax_and_so_the_accuracy_stay():
-    z = torch.randn(500, 10, generator=torch.Generator().manual_seed(1))
-    labels = z.argmax(-1)
+def test_the_fitted_temperature_is_the_nll_s_minimum():
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(1)
+    z = torch.randn(3000, 10, generator=generator)
+    labels = torch.multinomial((1.7 * z).softmax(-1), 1, generator=generator).squeeze(-1)
     t = fit_temperature(z, labels)
-    assert torch.equal((z / t).argmax(-1), z.argmax(-1))
+    nll = {f: F.cross_entropy(z.double() / (t * f), labels).item() for f in (0.99, 1.0, 1.01)}
+    assert nll[1.0] <= nll[0.99] and nll[1.0] <= nll[1.01], nll
+
+
+SEPARABLE = torch.randn(50, 3, generator=torch.Generator().manual_seed(2))
 
 
 @pytest.mark.parametrize("logits, labels, message", [
     (torch.randn(5, 3), torch.zeros(4, dtype=torch.long), r"need logits \[N, C\] and one label per row"),
     (torch.full((2, 3), float("nan")), torch.zeros(2, dtype=torch.long), "the logits hold NaN or inf"),
+    (SEPARABLE, SEPARABLE.argmax(-1), "classifies all 50 inputs right: .* no temperature is best"),
+    (SEPARABLE * 100, (SEPARABLE.argmax(-1) + 1) % 3, r"the best temperature lies outside 0.05..20.0"),
 ])
 def test_bad_input_is_refused_in_one_line(logits, labels, message):
     with pytest.raises(ValueError, match=message):
