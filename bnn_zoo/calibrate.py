@@ -1,14 +1,14 @@
 """Certify a trained classifier run's abstention rules on its validation split and store them in
 RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find them: for the
 Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
-deterministic twin the same with an entropy gate (a deep ensemble's or MC dropout's gate is the
+deterministic twin the same with an entropy gate, and for each its conformal prediction sets (a deep ensemble's or MC dropout's gate is the
 Bayesian network's signal: they are sampled too). Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
 ``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
 
 Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
-           [--signal mutual_information] [--samples 100]
+           [--signal mutual_information] [--samples 100] [--alpha 0.01] [--set-score thr]
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import torch
 from . import cli
 from .abstention import SIGNALS
 from .calibration import NotCertified, certify, check_settings
+from .conformal import SCORES as SET_SCORES, calibrate_sets
 from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS
 from .trained import Trained, certified_weights, load
 from .config import pick_device
@@ -46,13 +47,18 @@ def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torc
 
 def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
                       signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
-                      seed: int = 0, data_root: str | None = None) -> dict:
-    """Certify each model's rule and write calibration.json, with a record of the weights it
-    certified (``load`` refuses it once they change); returns its content. A model whose rule
-    cannot be certified gets an ``error`` entry and keeps the quantile rule."""
+                      alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
+                      data_root: str | None = None) -> dict:
+    """Certify each model's rule and its conformal sets at coverage 1 - ``alpha`` (``set_score``)
+    and write calibration.json, with a record of the weights it certified (``load`` refuses it once
+    they change); returns its content. A model whose rule cannot be certified gets an ``error``
+    entry and keeps the quantile rule."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
     check_settings(risk, delta, max_refusal, quantile, signal)
+    if not 0 < alpha < 1 or set_score not in SET_SCORES:
+        raise ValueError(f"alpha must lie in (0, 1) and set_score be one of {', '.join(SET_SCORES)}; got "
+                         f"{alpha} and {set_score!r}")
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling
@@ -60,18 +66,20 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
     with seeded(seed, trained.device):
         sampled = sampled_probs(trained, x, samples)
     certified = {CERTIFIED_WEIGHTS: certified_weights(trained)}
+    generator = torch.Generator().manual_seed(seed)  # aps and raps draw a uniform per input
     for part, probs in sampled.items():
+        sets = {"sets": calibrate_sets(probs, labels, alpha, set_score, generator=generator).to_dict()}
         try:
             calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
                                   signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
-            certified[part] = {**calibration.to_dict(), "samples": len(probs)}
+            certified[part] = {**calibration.to_dict(), "samples": len(probs), **sets}
         except NotCertified as err:
-            certified[part] = {"error": str(err)}
+            certified[part] = {"error": str(err), **sets}
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
     return certified
 
 
-SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples")
+SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score")
 
 
 @pyro.settings.context(module_local_params=True)
@@ -90,14 +98,17 @@ def summary(certified: dict) -> str:
     for part, c in certified.items():
         if part == CERTIFIED_WEIGHTS:
             continue
+        sets = c["sets"]
+        threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
+        set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}"
         if "error" in c:
-            lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays")
+            lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays{set_line}")
             continue
         r, v = c["rule"], c["validation"]
         gate = f", refuse when {r['signal']} > {r['cut']:.4g} bits" if r["signal"] else ""
         lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
                      f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
-                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']})")
+                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){set_line}")
     return "\n".join(lines)
 
 
@@ -115,13 +126,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Bayesian network's gate (default: the run's abstention.signal)")
     parser.add_argument("--quantile", type=float, default=None,
                         help="quantile of each class's sampled probability (default: the run's abstention.quantile)")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help="conformal sets miss the true class with probability at most alpha "
+                             "(default: the run's abstention.alpha)")
+    parser.add_argument("--set-score", choices=SET_SCORES, default=None,
+                        help="the sets' score (default: the run's abstention.set_score)")
     parser.add_argument("--data-root", default=None, help="data folder (default: the run's)")
     args = parser.parse_args(argv)
 
     def command() -> int:
         certified = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
                               max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
-                              samples=args.samples, seed=args.seed, data_root=args.data_root)
+                              samples=args.samples, alpha=args.alpha, set_score=args.set_score, seed=args.seed,
+                              data_root=args.data_root)
         print(summary(certified))
         return 0
 

@@ -134,6 +134,11 @@ class AbstentionConfig:
     signal: str = "mutual_information"
     quantile: float = 0.5
     samples: int = 100  # posterior samples per validation input
+    # Conformal prediction sets (bnn_zoo.conformal), calibrated on the same validation split: an
+    # accepted input's set holds its true class with probability at least 1 - alpha. set_score: thr
+    # (the smallest sets), aps or raps.
+    alpha: float = 0.01
+    set_score: str = "thr"
 
 
 @dataclass

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .calibration import check_settings
 from .capture import MODES as CAPTURE_MODES
+from .conformal import SCORES as SET_SCORES
 from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
@@ -50,9 +51,9 @@ WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.train_limit": C
 POSITIVE = ("model.prior_scale", "model.mixture_scale1", "model.mixture_scale2", "model.init_scale",
             "model.noise_scale", "train.lr", "train.lr_gamma", "train.kl_weight", "train.twin_lr")
 # Keys that are fractions, and the interval of 0 and 1 each must lie in (the abstention section's
-# are checked by bnn_zoo.calibration)
+# rule settings are checked by bnn_zoo.calibration)
 FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "train.twin_dropout": "[0, 1)",
-             "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)"}
+             "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)", "abstention.alpha": "(0, 1)"}
 
 
 def check(cfg: DictConfig) -> None:
@@ -68,7 +69,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
     choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
                "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
-               "train.capture": ("auto", *CAPTURE_MODES),
+               "train.capture": ("auto", *CAPTURE_MODES), "abstention.set_score": SET_SCORES,
                "train.lr_schedule": ("constant", "cosine", "step")}
     for key, allowed in choices.items():
         if OmegaConf.select(cfg, key) not in allowed:

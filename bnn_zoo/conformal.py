@@ -92,8 +92,17 @@ class ConformalSets:
                 member.sum(-1).float().mean().item())
 
     def to_dict(self) -> dict:
-        return {"score": self.score, "alpha": self.alpha, "threshold": self.threshold, "n": self.n,
-                "lam": self.lam, "k_reg": self.k_reg}
+        """As calibration.json stores it (an infinite threshold as null: JSON has no infinity)."""
+        return {"score": self.score, "alpha": self.alpha, "n": self.n, "lam": self.lam, "k_reg": self.k_reg,
+                "threshold": self.threshold if math.isfinite(self.threshold) else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConformalSets":
+        """What ``to_dict`` wrote; ValueError (or KeyError, TypeError) where it is not."""
+        if d["score"] not in SCORES or not 0 < d["alpha"] < 1 or not isinstance(d["n"], int):
+            raise ValueError(f"not conformal sets: {d}")
+        threshold = math.inf if d["threshold"] is None else float(d["threshold"])
+        return cls(d["score"], float(d["alpha"]), threshold, d["n"], float(d["lam"]), int(d["k_reg"]))
 
 
 def calibrate_sets(probs: torch.Tensor, labels: torch.Tensor, alpha: float = 0.01, score: str = "thr",

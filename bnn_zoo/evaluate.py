@@ -21,6 +21,7 @@ from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
 from .trained import Trained, load
 from .config import pick_device
+from .conformal import ConformalSets
 from .cost import Cost as Measure
 from .data import load_torchvision, normalize
 from .errors import ConfigError, DataError
@@ -48,6 +49,8 @@ class InDistribution:
     aurc: float  # area under the risk-coverage curve
     risk_at_95: float  # error rate among the accepted inputs at 95% coverage
     risk_at_99: float
+    set_coverage: float | None = None  # of the certified conformal sets (None: the run has none)
+    set_size: float | None = None  # their mean size
 
 
 @dataclass
@@ -137,9 +140,11 @@ class Evaluation:
         return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()}})
 
 
-def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule) -> InDistribution:
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule,
+                    sets: ConformalSets | None = None) -> InDistribution:
     """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone), accuracy on the
-    accepted inputs, set-valued answers, and the selective risks."""
+    accepted inputs, set-valued answers, the selective risks, and the conformal ``sets``' coverage
+    and mean size over every input (their guarantee is over all of them, refused or not)."""
     decision = rule(probs)
     labels = labels.to(probs.device)
     accepted = ~decision.refused
@@ -152,7 +157,8 @@ def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule) -> In
         refused_by_gate=decision.refused_by_gate.float().mean().item(),
         accuracy_accepted=correct[accepted].float().mean().item() if accepted.any() else float("nan"),
         multiple=decision.multiple.float().mean().item(),
-        **selective_risks(probs, labels, rule.quantile))
+        **selective_risks(probs, labels, rule.quantile),
+        **(dict(zip(("set_coverage", "set_size"), sets.coverage_and_size(probs, labels))) if sets else {}))
 
 
 def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5) -> dict:
@@ -217,7 +223,7 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
             in_probs[part] = posterior.predict(x, num_samples)
         cost = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
         results[part] = PosteriorResult(posterior.label, rules[part], cost,
-                                        in_distribution(in_probs[part], labels, rules[part]))
+                                        in_distribution(in_probs[part], labels, rules[part], trained.sets.get(part)))
     skipped = {}
     for name in ood:
         try:

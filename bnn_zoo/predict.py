@@ -83,9 +83,13 @@ def _answer(args) -> int:
         rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
         probs = rungs[args.posterior].predict(x, args.samples)
         decision, scores = rule(probs), uncertainty(probs, rule.quantile)
+        sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
+        members = sets.predict(probs) if sets else None
         for i, answer in enumerate(good):
             answer.update(decision.describe(i, rule.signal))
             answer["uncertainty"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
+            if members is not None and answer["answer"] is not None:  # refused, or answered with a set
+                answer["set"] = {"classes": members[i].nonzero().flatten().tolist(), "coverage": 1 - sets.alpha}
         rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
             f"rule: {rule.quantile} quantile >= {rule.threshold}"
         if rule.signal:
@@ -103,7 +107,9 @@ def _answer(args) -> int:
         elif a["answer"] is None:
             print(f"{name}: I don't know (refused by {' and '.join(a['refused_by'])})")
         else:
-            print(f"{name}: " + ", ".join(f"{c} ({p:.2f})" for c, p in a["accepted"].items()))
+            in_set = f"; {a['set']['coverage']:.0%} set {{{', '.join(map(str, a['set']['classes']))}}}" \
+                if "set" in a else ""
+            print(f"{name}: " + ", ".join(f"{c} ({p:.2f})" for c, p in a["accepted"].items()) + in_set)
     return 1 if any("error" in a for a in answers) else 0
 
 

@@ -20,6 +20,7 @@ from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, HMC_SAMPLES
                          digest, read, save_atomic, stored_config)
 from .config import make_config, pick_device
 from .errors import CheckpointError, ConfigError
+from .conformal import ConformalSets
 from .factory import build_from_config, twin_from_config
 from .files import read_json
 from .sampling import seeded
@@ -38,6 +39,8 @@ class Trained:
     # The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.ladder): certified
     # on validation when the run holds calibration.json, else the quantile rule, Rule().
     rules: dict = field(default_factory=dict)
+    # Each posterior's conformal prediction sets, where calibration.json holds them
+    sets: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)  # calibration.json's content
     members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
     run: Optional[str] = None  # the run id its checkpoints share
@@ -175,13 +178,18 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
             twin = twin_from_config(cfg, device)
         _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
-    return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), calibration,
-                   run=state.get("run"))
+    return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
+                   calibration, run=state.get("run"))
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:
     return {part: Rule.from_dict(calibration[part]["rule"]) if "rule" in calibration.get(part, {}) else Rule()
             for part in PARTS}
+
+
+def _sets(calibration: dict) -> dict[str, ConformalSets]:
+    return {part: ConformalSets.from_dict(calibration[part]["sets"]) for part in PARTS
+            if "sets" in calibration.get(part, {})}
 
 
 def read_calibration(path: Path) -> dict:
@@ -194,6 +202,7 @@ def read_calibration(path: Path) -> dict:
         for part in PARTS:
             if "rule" in calibration.get(part, {}):
                 Rule.from_dict(calibration[part]["rule"])
+        _sets(calibration)
         return calibration
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); {fix}") from None

@@ -8,6 +8,7 @@ from conftest import DEVICE
 from bnn_zoo import load, predict
 from bnn_zoo.calibrate import main, validation_set
 from bnn_zoo.calibration import certify
+from bnn_zoo.conformal import calibrate_sets
 from bnn_zoo.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
 from bnn_zoo.errors import CheckpointError, StorageError
 from bnn_zoo.trained import weights_digest
@@ -26,6 +27,28 @@ def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
     decision = expected.rule(probs)
     assert found["bayes"]["validation"]["refused"] == pytest.approx(decision.refused.float().mean().item())
     assert found["bayes"]["validation"]["refused"] <= 0.1
+
+
+def test_the_stored_sets_are_the_conformal_ones_on_validation(certified_run):
+    """calibration.json holds each posterior's conformal sets at the run's abstention.alpha (0.01),
+    calibrated on the same validation draws as the rule; load gives them back."""
+    found = json.loads((certified_run / CALIBRATION).read_text())
+    trained = load(certified_run, DEVICE)
+    x, labels = validation_set(trained)
+    pyro.set_rng_seed(0)
+    expected = calibrate_sets(predict(trained.model, trained.guide, x, 4), labels, alpha=0.01, score="thr")
+    assert found["bayes"]["sets"] == expected.to_dict() and trained.sets["bayes"] == expected
+    assert trained.sets["twin"].alpha == 0.01 and trained.sets["twin"].n == 128
+
+
+def test_a_calibration_written_before_sets_existed_loads_without_them(certified_run, tmp_path):
+    run = _copy(certified_run, tmp_path)
+    calibration = json.loads((run / CALIBRATION).read_text())
+    for part in ("bayes", "twin"):
+        del calibration[part]["sets"]
+    (run / CALIBRATION).write_text(json.dumps(calibration))
+    trained = load(run)
+    assert trained.sets == {} and trained.rules["bayes"] == load(certified_run).rules["bayes"]
 
 
 def test_training_certifies_at_its_end_and_says_so(tiny_run):
@@ -49,8 +72,15 @@ def test_the_calibrate_cli(certified_run, tmp_path, capsys):
     found = json.loads((run / CALIBRATION).read_text())
     assert found["bayes"]["rule"]["signal"] in ("entropy", None) and found["bayes"]["risk"] == 0.5
     assert f"refused {found['bayes']['validation']['refused']:.2%}" in printed
+    assert "its sets at 99% coverage: thr score <= " in printed
     assert main([str(run), "--risk", "2"]) == 2
     assert "risk must lie strictly between 0 and 1" in capsys.readouterr().err
+    assert main([str(run), "--alpha", "1.5"]) == 2
+    assert "alpha must lie in (0, 1) and set_score be one of thr, aps, raps; got 1.5" in capsys.readouterr().err
+    assert main([str(run), "--alpha", "0.2", "--set-score", "aps", "--samples", "3"]) == 0
+    sets = json.loads((run / CALIBRATION).read_text())["bayes"]["sets"]
+    assert sets["score"] == "aps" and sets["alpha"] == 0.2 and "its sets at 80% coverage: aps score" in \
+        capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:  # argparse: "argument --samples: must be at least 1"
         main([str(run), "--samples", "0"])
     assert stop.value.code == 2 and "--samples: must be at least 1" in capsys.readouterr().err
@@ -65,6 +95,9 @@ def test_a_damaged_calibration_is_named(certified_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(certified_run, run)
     (run / CALIBRATION).write_text('{"bayes": {"rule": {"threshold": 0.2}}}')
+    with pytest.raises(CheckpointError, match="calibration.json is not a calibration"):
+        load(run)
+    (run / CALIBRATION).write_text('{"bayes": {"sets": {"score": "lac", "alpha": 0.1}}}')
     with pytest.raises(CheckpointError, match="calibration.json is not a calibration"):
         load(run)
     (run / CALIBRATION).write_text('{"bayes": ' + "[" * 100_000 + "]" * 100_000 + "}")

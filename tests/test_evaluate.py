@@ -37,7 +37,7 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
                *(f"{by}/{m}" for by in ("by_entropy", "by_mutual_information") for m in ("auroc", "aupr", "fpr95"))]
     figures = [*(f"test/{f.name}" for f in fields(InDistribution)), *(f"cost/{f.name}" for f in fields(Cost)),
                *(f"rule/{f.name}" for f in fields(Rule)), *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
-    assert len(figures) == 10 + 3 + 4 + 2 * 9 and set(figures) <= set(rows)
+    assert len(figures) == 12 + 3 + 4 + 2 * 9 and set(figures) <= set(rows)
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -46,6 +46,8 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     ood_probs = predict(trained.model, trained.guide, normalize(load_notmnist(str(shared_data))[:100]).to(DEVICE), 4)
     accuracy = (in_probs.mean(0).argmax(1).cpu() == labels[:200]).float().mean().item()
     assert bayes.test.accuracy == pytest.approx(accuracy)
+    coverage, size = trained.sets[BAYES].coverage_and_size(in_probs, labels[:200].to(DEVICE))  # the certified sets
+    assert (bayes.test.set_coverage, bayes.test.set_size) == pytest.approx((coverage, size))
     auroc = detection(uncertainty(in_probs)["entropy"], uncertainty(ood_probs)["entropy"])["auroc"]
     assert bayes.ood["notmnist"].by_entropy.auroc == pytest.approx(auroc)
     assert bayes.ood["notmnist"].refused == pytest.approx(abstain(ood_probs).refused.float().mean().item())
@@ -159,3 +161,18 @@ def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certi
         store[name] = torch.zeros_like(store[name]) + 0.5  # a caller's own values under the same names
     crowded = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1)
     assert crowded.posteriors["bayes"].test == clean.posteriors["bayes"].test
+
+
+def test_the_test_figures_hold_the_conformal_sets_coverage_and_size():
+    import torch
+
+    from bnn_zoo.abstention import Rule
+    from bnn_zoo.conformal import ConformalSets
+    from bnn_zoo.evaluate import in_distribution
+
+    probs = torch.tensor([[[0.7, 0.2, 0.1], [0.4, 0.35, 0.25], [0.1, 0.1, 0.8]]])  # one sample, 3 inputs
+    labels = torch.tensor([0, 1, 0])
+    sets = ConformalSets("thr", 0.1, threshold=0.7, n=100)  # every class with p >= 0.3
+    result = in_distribution(probs, labels, Rule(), sets)
+    assert result.set_size == pytest.approx(4 / 3) and result.set_coverage == pytest.approx(2 / 3)
+    assert in_distribution(probs, labels, Rule()).set_coverage is None

@@ -72,6 +72,9 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
         assert answer["refused_by"] == expected
         assert answer["uncertainty"]["mutual_information"] == pytest.approx(float(mi[i]), abs=1e-5)
         assert (answer["answer"] is None) == bool(expected)
+        # an accepted input is answered with its certified conformal set, a refused one with none
+        in_set = trained.sets["bayes"].predict(probs)[i].nonzero().flatten().tolist()
+        assert answer.get("set") == (None if expected else {"classes": in_set, "coverage": 0.99})
     assert main([str(certified_run), files[0], "--samples", "4"]) == 0
     assert capsys.readouterr().out.startswith(f"rule: median >= {rule.threshold}, refuse when mutual_information >")
 
