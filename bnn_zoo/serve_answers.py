@@ -97,9 +97,13 @@ class Answerer:
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
+                sets = model.trained.sets.get("bayes")
+                in_set = sets.predict(probs)[0].nonzero().flatten().tolist() if sets else None
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
                  **_judged(probs, rules["bayes"], model.classes),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
+        if in_set is not None and response["answer"] is not None:  # refused, or answered with its certified set
+            response["set"] = {"classes": [model.classes[c] for c in in_set], "coverage": 1 - sets.alpha}
         if twin is not None:
             response["twin"] = {"posterior": model.twin.label, **_judged(twin, rules["twin"], model.classes),
                              "probs": twin.mean(0)[0].cpu().tolist()}

@@ -435,3 +435,19 @@ def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and "calibration.json certified other weights" in last
     assert f"python -m bnn_zoo.calibrate {run}" in last
+
+
+def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_run, shared_data, tmp_path, capsys):
+    """The page shows the conformal set predict prints for the same image, in the model's class names."""
+    from bnn_zoo.data import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    path = tmp_path / "seven.png"
+    Image.fromarray(images[0].numpy()).save(path)
+    assert predict_main([str(certified_run), str(path), "--json", "--device", "cpu"]) == 0
+    expected = json.loads(capsys.readouterr().out)[0]
+    client = TestClient(create_app(Answerer(str(certified_run), "cpu"), max_upload=200_000),
+                        base_url="http://localhost:8000")
+    found = ask(client, path.read_bytes(), model=str(certified_run)).json()
+    assert found["answer"] == expected["answer"] == 7  # accepted: answered with a set
+    assert found["set"] == {"classes": [str(c) for c in expected["set"]["classes"]], "coverage": 0.99}
