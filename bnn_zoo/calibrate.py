@@ -22,7 +22,7 @@ import torch
 from . import cli
 from .abstention import SIGNALS
 from .calibration import NotCertified, certify, check_settings
-from .conformal import SCORES as SET_SCORES, calibrate_sets
+from .conformal import SCORES as SET_SCORES, ConformalSets, calibrate_sets
 from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS
 from .trained import Trained, certified_weights, load
 from .config import pick_device
@@ -66,9 +66,9 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
     with seeded(seed, trained.device):
         sampled = sampled_probs(trained, x, samples)
     certified = {CERTIFIED_WEIGHTS: certified_weights(trained)}
-    generator = torch.Generator().manual_seed(seed)  # aps and raps draw a uniform per input
+    all_sets = certify_sets(sampled, labels, alpha, set_score, seed)
     for part, probs in sampled.items():
-        sets = {"sets": calibrate_sets(probs, labels, alpha, set_score, generator=generator).to_dict()}
+        sets = {"sets": all_sets[part].to_dict()}
         try:
             calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
                                   signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
@@ -77,6 +77,14 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
             certified[part] = {"error": str(err), **sets}
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
     return certified
+
+
+def certify_sets(sampled: dict[str, torch.Tensor], labels: torch.Tensor, alpha: float, set_score: str,
+                 seed: int = 0) -> dict[str, ConformalSets]:
+    """Each posterior's conformal sets from its validation predictions ``sampled`` ({part: [S, N, C]})."""
+    generator = torch.Generator().manual_seed(seed)  # aps and raps draw a uniform per input
+    return {part: calibrate_sets(probs, labels, alpha, set_score, generator=generator)
+            for part, probs in sampled.items()}
 
 
 SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score")

@@ -51,6 +51,7 @@ class InDistribution:
     risk_at_99: float
     set_coverage: float | None = None  # of the certified conformal sets (None: the run has none)
     set_size: float | None = None  # their mean size
+    augrc: float | None = None  # area under the generalized risk-coverage curve (None: an older eval.json)
 
 
 @dataclass
@@ -163,10 +164,13 @@ def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule,
 
 def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5) -> dict:
     """Accepting inputs in order of their top quantile probability: the area under the
-    risk-coverage curve (AURC) and the error rate among accepted inputs at 95% and 99% coverage."""
+    risk-coverage curve (AURC), under the generalized one (AUGRC, Traub et al. 2024: the share of
+    all inputs accepted and wrong, averaged over the coverages), and the error rate among accepted
+    inputs at 95% and 99% coverage."""
     _, coverage, risk = risk_coverage(probs, labels, quantile)
     at = {c: float(risk[max(0, math.ceil(c * len(risk)) - 1)]) for c in (0.95, 0.99)}
-    return {"aurc": risk.mean().item(), "risk_at_95": at[0.95], "risk_at_99": at[0.99]}
+    return {"aurc": risk.mean().item(), "augrc": (risk * coverage).mean().item(), "risk_at_95": at[0.95],
+            "risk_at_99": at[0.99]}
 
 
 def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> OODResult:

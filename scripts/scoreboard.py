@@ -29,8 +29,9 @@ from bnn_zoo.trained import load
 IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
     ("accuracy", True, lambda t: t.accuracy), ("NLL", False, lambda t: t.nll), ("ECE", False, lambda t: t.ece),
     ("refused", True, lambda t: t.refused), ("acc. accepted", True, lambda t: t.accuracy_accepted),
-    ("AURC", False, lambda t: t.aurc), ("risk @95%", False, lambda t: t.risk_at_95),
-    ("risk @99%", False, lambda t: t.risk_at_99)]
+    ("AURC", False, lambda t: t.aurc), ("AUGRC", False, lambda t: t.augrc), ("risk @95%", False, lambda t: t.risk_at_95),
+    ("risk @99%", False, lambda t: t.risk_at_99), ("set coverage", True, lambda t: t.set_coverage),
+    ("set size", False, lambda t: t.set_size)]
 PER_SET: list[tuple[str, bool, Callable[[OODResult], float | None]]] = [
     ("refused", True, lambda o: o.refused), ("refused, quantile rule", True, lambda o: o.refused_by_quantile_rule),
     ("AUROC H", False, lambda o: o.by_entropy.auroc), ("AUPR H", False, lambda o: o.by_entropy.aupr),

@@ -37,7 +37,7 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
                *(f"{by}/{m}" for by in ("by_entropy", "by_mutual_information") for m in ("auroc", "aupr", "fpr95"))]
     figures = [*(f"test/{f.name}" for f in fields(InDistribution)), *(f"cost/{f.name}" for f in fields(Cost)),
                *(f"rule/{f.name}" for f in fields(Rule)), *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
-    assert len(figures) == 12 + 3 + 4 + 2 * 9 and set(figures) <= set(rows)
+    assert len(figures) == 13 + 3 + 4 + 2 * 9 and set(figures) <= set(rows)
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -176,3 +176,17 @@ def test_the_test_figures_hold_the_conformal_sets_coverage_and_size():
     result = in_distribution(probs, labels, Rule(), sets)
     assert result.set_size == pytest.approx(4 / 3) and result.set_coverage == pytest.approx(2 / 3)
     assert in_distribution(probs, labels, Rule()).set_coverage is None
+
+
+def test_aurc_and_augrc_of_a_known_ranking():
+    """Four inputs by falling confidence, right, wrong, right, wrong: the risk among the accepted
+    is 0, 1/2, 1/3, 1/2 (AURC their mean, 1/3); the accepted-and-wrong share of all inputs is
+    0, 1/4, 1/4, 1/2 (AUGRC, 1/4)."""
+    import torch
+
+    from bnn_zoo.evaluate import selective_risks
+
+    probs = torch.tensor([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.4, 0.6]]])
+    labels = torch.tensor([0, 1, 1, 0])
+    risks = selective_risks(probs, labels)
+    assert risks["aurc"] == pytest.approx(1 / 3) and risks["augrc"] == pytest.approx(1 / 4)

@@ -88,7 +88,8 @@ def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared
     assert main(["lenet", str(tmp_path / "digit.png"), str(tmp_path / "blank.png"), "--json"]) == 0
     digit, blank = json.loads(capsys.readouterr().out)
     assert digit["answer"] == int(labels[0])
-    assert blank["answer"] is None and blank["refused_by"]
+    assert digit["set"] == {"classes": [int(labels[0])], "coverage": 0.99}  # its certified 99% set
+    assert blank["answer"] is None and blank["refused_by"] and "set" not in blank
 
 
 def test_predict_cli_refuses_a_missing_run(tmp_path, capsys):

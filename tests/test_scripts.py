@@ -124,6 +124,40 @@ def test_capture_parity_trains_both_ways_and_tables_the_figures(shared_data, tmp
     assert f"{compiled['accuracy']:.4f} / {eager['accuracy']:.4f}" in row
 
 
+def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data, tmp_path, monkeypatch, capsys):
+    """On a copy of the shipped posteriors: the file gets the sets calibration would certify (the
+    same draws), and its weights and rules stay as they were."""
+    import shutil
+
+    import bnn_zoo.trained
+    from bnn_zoo.calibrate import certify_sets, validation_set
+    from bnn_zoo.checkpoint import read, save_atomic
+    from bnn_zoo.ladder import sampled_probs
+    from bnn_zoo.sampling import seeded
+
+    shipped = tmp_path / "posteriors"
+    shutil.copytree(bnn_zoo.trained.SHIPPED, shipped)
+    script = load_script("ship_sets")
+    monkeypatch.setattr(bnn_zoo.trained, "SHIPPED", shipped)
+    monkeypatch.setattr(script, "SHIPPED", shipped)
+    before = read(shipped / "mnist_mlp.pt")
+    for part in ("bayes", "twin"):
+        before["calibration"][part].pop("sets", None)
+    save_atomic(before, shipped / "mnist_mlp.pt")  # a posterior shipped before sets existed
+    assert script.main(["mnist_mlp", "--data-root", str(shared_data)]) == 0
+    after = read(shipped / "mnist_mlp.pt")
+    trained = load("mnist_mlp")
+    x, labels = validation_set(trained, str(shared_data))
+    with pyro.settings.context(module_local_params=True), seeded(0):
+        sampled = sampled_probs(trained, x, trained.config.abstention.samples)
+    expected = certify_sets(sampled, labels, 0.01, "thr")
+    for part in ("bayes", "twin"):
+        assert after["calibration"][part]["sets"] == expected[part].to_dict()
+        assert after["calibration"][part]["rule"] == before["calibration"][part]["rule"]
+    assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
+    assert f"mnist_mlp bayes: thr score <= {expected['bayes'].threshold:.4g} at 99%" in capsys.readouterr().out
+
+
 def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
     script = load_script("peers")
     out = tmp_path / "peers.json"
@@ -215,6 +249,8 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == f"q>={bayes['rule']['threshold']}, MI<={bayes['rule']['cut']:.3g}"
     assert cells[5] == f"{bayes['test']['ece']:.4f}" and cells[-1] == f"{100 * sum(near) / len(near):.2f}%"
+    assert cells[9] == f"{bayes['test']['augrc']:.4f}"  # AUGRC, then the certified sets' coverage and size
+    assert cells[12:14] == [f"{100 * bayes['test']['set_coverage']:.2f}%", f"{bayes['test']['set_size']:.4f}"]
     assert (out / f"scoreboard_{certified_run.name}.png").stat().st_size > 0
     # the ladder: a row per posterior, AUROC by mutual information for the sampled one, entropy for
     # the twin, and what each cost

@@ -1,0 +1,55 @@
+"""Give shipped posteriors their conformal prediction sets, keeping everything else of their files
+(weights, rules): each posterior's sets (the Bayesian network's and its twin's), certified on the
+shipped config's validation split at its abstention.alpha with its abstention.set_score, from the
+draws calibration makes (seed 0, abstention.samples). Prints each set's threshold and what it does
+on validation.
+
+Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR]
+"""
+import sys
+
+import pyro
+
+from bnn_zoo import cli
+from bnn_zoo.calibrate import certify_sets, validation_set
+from bnn_zoo.checkpoint import read, save_atomic
+from bnn_zoo.ladder import sampled_probs
+from bnn_zoo.sampling import seeded
+from bnn_zoo.trained import SHIPPED, load, shipped_names
+
+
+@pyro.settings.context(module_local_params=True)
+def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
+    """Certify ``name``'s sets and write them into its file; returns {part: (sets, validation coverage, size)}."""
+    trained = load(name)
+    a = trained.config.abstention
+    x, labels = validation_set(trained, data_root)
+    with seeded(seed):
+        sampled = sampled_probs(trained, x, a.samples)
+    certified = certify_sets(sampled, labels, a.alpha, a.set_score, seed)
+    path = SHIPPED / f"{name}.pt"
+    state = read(path)
+    for part, sets in certified.items():
+        state["calibration"].setdefault(part, {})["sets"] = sets.to_dict()
+    save_atomic(state, path)
+    return {part: (sets, *sets.coverage_and_size(sampled[part], labels)) for part, sets in certified.items()}
+
+
+def main(argv=None) -> int:
+    parser = cli.command_parser(None, __doc__)
+    parser.add_argument("names", nargs="+", choices=shipped_names(), metavar="NAME")
+    parser.add_argument("--data-root", default=None, help="the data folder (default $BNN_ZOO_DATA, then ./data)")
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        for name in args.names:
+            for part, (sets, coverage, size) in ship_sets(name, args.data_root).items():
+                print(f"{name} {part}: {sets.score} score <= {sets.threshold:.4g} at {1 - sets.alpha:.0%} "
+                      f"({sets.n} validation inputs: coverage {coverage:.2%}, mean size {size:.3f})")
+        return 0
+
+    return cli.run(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
