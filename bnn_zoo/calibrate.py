@@ -1,8 +1,9 @@
 """Certify a trained classifier run's abstention rules on its validation split and store them in
 RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find them: for the
 Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
-deterministic twin the same with an entropy gate, and for each its conformal prediction sets (a deep ensemble's or MC dropout's gate is the
-Bayesian network's signal: they are sampled too). Training does this at its end.
+deterministic twin the same with an entropy gate (a deep ensemble's or MC dropout's gate is the
+Bayesian network's signal: they are sampled too), and for each its conformal prediction sets.
+Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
 ``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
@@ -106,9 +107,10 @@ def summary(certified: dict) -> str:
     for part, c in certified.items():
         if part == CERTIFIED_WEIGHTS:
             continue
-        sets = c["sets"]
-        threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
-        set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}"
+        sets, set_line = c.get("sets"), ""
+        if sets:
+            threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
+            set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}"
         if "error" in c:
             lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays{set_line}")
             continue
