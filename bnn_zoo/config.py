@@ -134,9 +134,9 @@ class AbstentionConfig:
     signal: str = "mutual_information"
     quantile: float = 0.5
     samples: int = 100  # posterior samples per validation input
-    # Conformal prediction sets (bnn_zoo.conformal), calibrated on the same validation split: an
-    # accepted input's set holds its true class with probability at least 1 - alpha. set_score: thr
-    # (the smallest sets), aps or raps.
+    # Conformal prediction sets (bnn_zoo.conformal), calibrated on the same validation split: over
+    # the inputs, refused or not, a set holds the true class with probability at least 1 - alpha
+    # (predict and the page show an accepted input's). set_score: thr (the smallest sets), aps or raps.
     alpha: float = 0.01
     set_score: str = "thr"
 

@@ -74,6 +74,7 @@ class ConformalSets:
     n: int
     lam: float = 0.01
     k_reg: int = 5
+    samples: int | None = None  # posterior samples per input it was calibrated with (None: not recorded)
 
     def predict(self, probs: torch.Tensor, generator: torch.Generator | None = None,
                 nonempty: bool = False) -> torch.Tensor:
@@ -83,6 +84,15 @@ class ConformalSets:
         if nonempty:
             member = member.scatter(-1, mean_predictive(probs).argmax(-1, keepdim=True), True)
         return member
+
+    def answer(self, probs: torch.Tensor, seed: int = 0) -> list[list[int]]:
+        """Each input's set as a list of classes, never empty (the most probable class joins an
+        empty one), aps and raps drawing each input's u from a generator of its own seeded ``seed``,
+        so an input's set does not depend on the inputs beside it."""
+        if probs.dim() == 2:
+            probs = probs[None]
+        return [self.predict(probs[:, i:i + 1], torch.Generator(device=probs.device).manual_seed(seed),
+                             nonempty=True)[0].nonzero().flatten().tolist() for i in range(probs.shape[1])]
 
     def coverage_and_size(self, probs: torch.Tensor, labels: torch.Tensor, generator: torch.Generator | None = None,
                           nonempty: bool = False) -> tuple[float, float]:
@@ -94,7 +104,7 @@ class ConformalSets:
     def to_dict(self) -> dict:
         """As calibration.json stores it (an infinite threshold as null: JSON has no infinity)."""
         return {"score": self.score, "alpha": self.alpha, "n": self.n, "lam": self.lam, "k_reg": self.k_reg,
-                "threshold": self.threshold if math.isfinite(self.threshold) else None}
+                "threshold": self.threshold if math.isfinite(self.threshold) else None, "samples": self.samples}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ConformalSets":
@@ -102,7 +112,9 @@ class ConformalSets:
         if d["score"] not in SCORES or not 0 < d["alpha"] < 1 or not isinstance(d["n"], int):
             raise ValueError(f"not conformal sets: {d}")
         threshold = math.inf if d["threshold"] is None else float(d["threshold"])
-        return cls(d["score"], float(d["alpha"]), threshold, d["n"], float(d["lam"]), int(d["k_reg"]))
+        samples = d.get("samples")
+        return cls(d["score"], float(d["alpha"]), threshold, d["n"], float(d["lam"]), int(d["k_reg"]),
+                   None if samples is None else int(samples))
 
 
 def calibrate_sets(probs: torch.Tensor, labels: torch.Tensor, alpha: float = 0.01, score: str = "thr",
@@ -126,4 +138,4 @@ def calibrate_sets(probs: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0
     true = class_scores(p, score, lam, k_reg, generator).gather(-1, labels.reshape(-1, 1)).squeeze(-1)
     rank = math.ceil((n + 1) * (1 - alpha) - 1e-9)  # the k-th smallest of n scores: exchangeability's +1
     threshold = math.inf if rank > n else true.sort().values[rank - 1].item()
-    return ConformalSets(score, alpha, threshold, n, lam, k_reg)
+    return ConformalSets(score, alpha, threshold, n, lam, k_reg, probs.shape[0] if probs.dim() == 3 else None)

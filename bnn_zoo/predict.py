@@ -84,12 +84,12 @@ def _answer(args) -> int:
         probs = rungs[args.posterior].predict(x, args.samples)
         decision, scores = rule(probs), uncertainty(probs, rule.quantile)
         sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
-        members = sets.predict(probs) if sets else None
+        in_sets = sets.answer(probs, args.seed) if sets and sets.samples in (None, len(probs)) else None
         for i, answer in enumerate(good):
             answer.update(decision.describe(i, rule.signal))
             answer["uncertainty"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
-            if members is not None and answer["answer"] is not None:  # refused, or answered with a set
-                answer["set"] = {"classes": members[i].nonzero().flatten().tolist(), "coverage": 1 - sets.alpha}
+            if in_sets is not None and answer["answer"] is not None:  # refused, or answered with a set
+                answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
         rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
             f"rule: {rule.quantile} quantile >= {rule.threshold}"
         if rule.signal:

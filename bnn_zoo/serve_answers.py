@@ -97,8 +97,9 @@ class Answerer:
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
-                sets = model.trained.sets.get("bayes")
-                in_set = sets.predict(probs)[0].nonzero().flatten().tolist() if sets else None
+            sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
+            certified_knobs = threshold is None and quantile is None and sets and sets.samples in (None, samples)
+            in_set = sets.answer(probs, seed)[0] if certified_knobs else None
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
                  **_judged(probs, rules["bayes"], model.classes),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}

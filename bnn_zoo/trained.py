@@ -122,6 +122,8 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
         trained.members.append(load(member, device))
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
+        if trained.calibration_problem:
+            trained.sets = {}  # certified for other weights: no guarantee for these
     return trained
 
 

@@ -25,7 +25,8 @@ def in_own_process(script: str, spec: dict, timeout: float | None = None) -> dic
         done = subprocess.run([sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
-        raise ChildFailed(spec, f"timed out after {timeout} s: {err.stderr or ''}", -1) from None
+        stderr = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else err.stderr or ""
+        raise ChildFailed(spec, f"timed out after {timeout} s: {stderr}", -1) from None
     if done.returncode != 0:
         raise ChildFailed(spec, done.stderr, done.returncode)
     try:

@@ -7,6 +7,7 @@ on validation.
 Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR]
 """
 import sys
+from pathlib import Path
 
 import pyro
 
@@ -21,6 +22,9 @@ from bnn_zoo.trained import SHIPPED, load, shipped_names
 @pyro.settings.context(module_local_params=True)
 def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
     """Certify ``name``'s sets and write them into its file; returns {part: (sets, validation coverage, size)}."""
+    if Path(name).exists():
+        raise ValueError(f"a folder named {name} is here: load() would read it, not the shipped posterior; "
+                         "run this from another folder")
     trained = load(name)
     a = trained.config.abstention
     x, labels = validation_set(trained, data_root)

@@ -41,6 +41,15 @@ def test_the_stored_sets_are_the_conformal_ones_on_validation(certified_run):
     assert trained.sets["twin"].alpha == 0.01 and trained.sets["twin"].n == 128
 
 
+def test_sets_certified_for_other_weights_are_not_used(certified_run, tmp_path):
+    run = _copy(certified_run, tmp_path)
+    state = read(run / CHECKPOINT)
+    state["guide"] = {k: v * 1.01 for k, v in state["guide"].items()}  # weights a resumed run moved on
+    save_atomic(state, run / CHECKPOINT)
+    trained = load(run)
+    assert trained.calibration_problem and trained.sets == {} and load(certified_run).sets
+
+
 def test_a_calibration_written_before_sets_existed_loads_without_them(certified_run, tmp_path):
     run = _copy(certified_run, tmp_path)
     calibration = json.loads((run / CALIBRATION).read_text())

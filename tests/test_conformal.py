@@ -108,3 +108,14 @@ def test_sets_on_a_trained_posterior_cover_fresh_images_at_the_stated_rate(tiny_
         coverage, size = sets.coverage_and_size(probs[:, 4000:], labels[4000:], generator)
         assert abs(coverage - 0.9) < 0.02, (score, coverage)
         assert 0.5 < size < 3  # not every class: sets that say something
+
+
+def test_an_input_s_answered_set_does_not_depend_on_the_inputs_beside_it():
+    """aps draws a u per input: answer() seeds each input's own, so an image gets the same set alone
+    as in a batch, and no set is empty."""
+    generator = torch.Generator().manual_seed(6)
+    sets = calibrate_sets(*draws(500, generator), alpha=0.2, score="aps", generator=generator)
+    probs = draws(12, generator)[0][None]  # one posterior sample of 12 inputs
+    batch = sets.answer(probs, seed=3)
+    assert batch == [sets.answer(probs[:, i:i + 1], seed=3)[0] for i in range(12)]
+    assert all(batch) and sets.answer(probs, seed=3) == batch

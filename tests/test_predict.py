@@ -75,6 +75,8 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
         # an accepted input is answered with its certified conformal set, a refused one with none
         in_set = trained.sets["bayes"].predict(probs)[i].nonzero().flatten().tolist()
         assert answer.get("set") == (None if expected else {"classes": in_set, "coverage": 0.99})
+    assert main([str(certified_run), files[0], "--samples", "5", "--json"]) == 0  # not the certified 4
+    assert "set" not in json.loads(capsys.readouterr().out)[0]
     assert main([str(certified_run), files[0], "--samples", "4"]) == 0
     assert capsys.readouterr().out.startswith(f"rule: median >= {rule.threshold}, refuse when mutual_information >")
 

@@ -158,6 +158,13 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     assert f"mnist_mlp bayes: thr score <= {expected['bayes'].threshold:.4g} at 99%" in capsys.readouterr().out
 
 
+def test_ship_sets_refuses_where_a_folder_of_the_name_would_be_read(tmp_path, monkeypatch, capsys):
+    (tmp_path / "lenet").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_script("ship_sets").main(["lenet"]) == 2
+    assert "a folder named lenet is here: load() would read it, not the shipped posterior" in capsys.readouterr().err
+
+
 def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
     script = load_script("peers")
     out = tmp_path / "peers.json"
@@ -190,7 +197,10 @@ def test_every_contender_of_the_peers_benchmark_learns(contender):
     loss falls by more than 30% over 300 steps (it holds a constant: 0.92 nats an example for a Gaussian)."""
     script = load_script("peers")
     try:
-        with pyro.settings.context(module_local_params=False):  # the zoo's contender sets it, as train does
+        # the zoo's contender sets module-local parameters, as train does; TorchDynamo's first compile
+        # (bbb_compiled's) turns torch's distribution validation off process-wide: both come back
+        with pyro.settings.context(module_local_params=False,
+                                   validate_distributions_torch=pyro.settings.get("validate_distributions_torch")):
             step = script.training_step(contender, "toy_mlp", [16], 32, torch.device("cpu"))
             torch.manual_seed(0)
             x = torch.rand(32, 1) * 2 - 1

@@ -444,10 +444,13 @@ def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     path = tmp_path / "seven.png"
     Image.fromarray(images[0].numpy()).save(path)
-    assert predict_main([str(certified_run), str(path), "--json", "--device", "cpu"]) == 0
+    assert predict_main([str(certified_run), str(path), "--json", "--device", "cpu", "--samples", "4"]) == 0
     expected = json.loads(capsys.readouterr().out)[0]
     client = TestClient(create_app(Answerer(str(certified_run), "cpu"), max_upload=200_000),
                         base_url="http://localhost:8000")
-    found = ask(client, path.read_bytes(), model=str(certified_run)).json()
+    found = ask(client, path.read_bytes(), model=str(certified_run), samples=4).json()  # as certified
     assert found["answer"] == expected["answer"] == 7  # accepted: answered with a set
     assert found["set"] == {"classes": [str(c) for c in expected["set"]["classes"]], "coverage": 0.99}
+    # other knobs or another sample count than the sets were certified with: no set, no promise
+    for knobs in ({"samples": 5}, {"samples": 4, "threshold": 0.3}):
+        assert "set" not in ask(client, path.read_bytes(), model=str(certified_run), **knobs).json()
