@@ -85,6 +85,11 @@ class ConformalSets:
             member = member.scatter(-1, mean_predictive(probs).argmax(-1, keepdim=True), True)
         return member
 
+    def certified_at(self, samples: int) -> bool:
+        """Whether a predictive of ``samples`` posterior samples is what these sets were certified on
+        (sets that do not record their count: any)."""
+        return self.samples is None or self.samples == samples
+
     def answer(self, probs: torch.Tensor, seed: int = 0) -> list[list[int]]:
         """Each input's set as a list of classes, never empty (the most probable class joins an
         empty one), aps and raps drawing each input's u from a generator of its own seeded ``seed``,

@@ -84,7 +84,7 @@ def _answer(args) -> int:
         probs = rungs[args.posterior].predict(x, args.samples)
         decision, scores = rule(probs), uncertainty(probs, rule.quantile)
         sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
-        in_sets = sets.answer(probs, args.seed) if sets and sets.samples in (None, len(probs)) else None
+        in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
         for i, answer in enumerate(good):
             answer.update(decision.describe(i, rule.signal))
             answer["uncertainty"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}

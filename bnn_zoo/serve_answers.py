@@ -98,7 +98,7 @@ class Answerer:
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
             sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
-            certified_knobs = threshold is None and quantile is None and sets and sets.samples in (None, samples)
+            certified_knobs = threshold is None and quantile is None and sets and sets.certified_at(samples)
             in_set = sets.answer(probs, seed)[0] if certified_knobs else None
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
                  **_judged(probs, rules["bayes"], model.classes),
