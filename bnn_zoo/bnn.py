@@ -81,6 +81,12 @@ class BayesianNet(PyroModule):
         return next(t.device for t in (*self.buffers(), *self.parameters()))
 
     @property
+    def skeleton(self) -> nn.Module:
+        """The meta-device copy of the network that ``forward_with`` runs: a hook on one of its
+        layers sees that layer's tensors in every pass (``bnn_zoo.density.features``)."""
+        return self._skeleton
+
+    @property
     def hyperparameters(self) -> dict[str, float]:
         """The prior's and the noise model's current hyperparameters, e.g. {"prior/scale": 1.0}."""
         with torch.no_grad():

@@ -2,8 +2,9 @@
 RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find them: for the
 Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
 deterministic twin the same with an entropy gate (a deep ensemble's or MC dropout's gate is the
-Bayesian network's signal: they are sampled too), and for each its conformal prediction sets.
-Training does this at its end.
+Bayesian network's signal: they are sampled too), and for each its conformal prediction sets. A
+lone twin also gets a temperature (``bnn_zoo.temperature``, fitted on the same split): the
+temperature-scaled twin is one more posterior, certified like the others. Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
 ``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
@@ -15,23 +16,26 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyro
 import torch
+from torch import nn
 
 from . import cli
 from .abstention import SIGNALS
 from .calibration import NotCertified, certify, check_settings
 from .conformal import SCORES as SET_SCORES, ConformalSets, calibrate_sets
-from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS
+from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, PARTS, TWIN_SCALED
 from .trained import Trained, certified_weights, load
 from .config import pick_device
-from .data import load_torchvision, normalize, validation_split
+from .data import run_split
 from .errors import ConfigError
 from .likelihoods import Categorical
 from .ladder import sampled_probs
-from .sampling import seeded
+from .sampling import evaluating, seeded
+from .temperature import fit_temperature
 from .files import check_writable, write_atomic
 
 
@@ -40,20 +44,16 @@ def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torc
     cfg = trained.config
     if not cfg.data.val_size:
         raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
-    images, labels = load_torchvision(cfg.data.name, data_root or cfg.data.root, train=True,
-                                      download=cfg.data.download)
-    _, val = validation_split(len(images), cfg.data.val_size)
-    return normalize(images[val]).to(trained.device), labels[val].to(trained.device)
+    x, labels = run_split(cfg, "val", data_root)
+    return x.to(trained.device), labels.to(trained.device)
 
 
 def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
                       signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
                       alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
                       data_root: str | None = None) -> dict:
-    """Certify each model's rule and its conformal sets at coverage 1 - ``alpha`` (``set_score``)
-    and write calibration.json, with a record of the weights it certified (``load`` refuses it once
-    they change); returns its content. A model whose rule cannot be certified gets an ``error``
-    entry and keeps the quantile rule."""
+    """``certify_trained`` on the run's validation split, written to RUN_DIR/calibration.json with a
+    record of the weights it certified (``load`` refuses it once they change); returns its content."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
     check_settings(risk, delta, max_refusal, quantile, signal)
@@ -64,9 +64,27 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
         raise ValueError(f"samples must be at least 1, got {samples}")
     check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling
     x, labels = validation_set(trained, data_root)
+    certified = {CERTIFIED_WEIGHTS: certified_weights(trained),
+                 **certify_trained(trained, x, labels, risk, delta, max_refusal, signal, quantile, samples, alpha,
+                                   set_score, seed)}
+    write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
+    return certified
+
+
+def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, risk: float, delta: float,
+                    max_refusal: float, signal: str = "mutual_information", quantile: float = 0.5,
+                    samples: int = 100, alpha: float = 0.01, set_score: str = "thr", seed: int = 0) -> dict:
+    """Each posterior's certified rule and conformal sets at coverage 1 - ``alpha`` (``set_score``) on
+    validation inputs ``x``, by its name; the temperature-scaled twin's entry holds its temperature.
+    A posterior whose rule cannot be certified gets an ``error`` entry and keeps the quantile rule."""
+    certified = {}
+    try:
+        temperature = twin_temperature(trained, x, labels)
+    except ValueError as err:
+        temperature, certified[TWIN_SCALED] = None, {"error": f"no temperature: {err}"}
+    trained = replace(trained, temperature=temperature)  # not the one it may have been loaded with
     with seeded(seed, trained.device):
         sampled = sampled_probs(trained, x, samples)
-    certified = {CERTIFIED_WEIGHTS: certified_weights(trained)}
     all_sets = certify_sets(sampled, labels, alpha, set_score, seed)
     for part, probs in sampled.items():
         sets = {"sets": all_sets[part].to_dict()}
@@ -76,8 +94,20 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
             certified[part] = {**calibration.to_dict(), "samples": len(probs), **sets}
         except NotCertified as err:
             certified[part] = {"error": str(err), **sets}
-    write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
-    return certified
+    if TWIN_SCALED in sampled:
+        certified[TWIN_SCALED]["temperature"] = trained.temperature
+    return {part: certified[part] for part in PARTS if part in certified}
+
+
+def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) -> float | None:
+    """The temperature of the run's twin on validation inputs ``x`` (``fit_temperature``); None where
+    the run has no lone plain twin (none, MC dropout, or a deep ensemble). ValueError where none fits."""
+    twin = trained.twin
+    if twin is None or trained.members or any(isinstance(m, nn.Dropout) for m in twin.modules()):
+        return None
+    with torch.no_grad(), evaluating(twin):
+        logits = torch.cat([twin.net(xb) for xb in x.split(1000)])
+    return fit_temperature(logits, labels)
 
 
 def certify_sets(sampled: dict[str, torch.Tensor], labels: torch.Tensor, alpha: float, set_score: str,
@@ -111,9 +141,15 @@ def summary(certified: dict) -> str:
         if sets:
             threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
             set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}"
+        if part == TWIN_SCALED and "sets" not in c:
+            lines.append(f"{part}: none ({c['error']})")
+            continue
         if "error" in c:
             lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays{set_line}")
             continue
+        if "temperature" in c:
+            set_line += f"; temperature {c['temperature']:.4g}"
+
         r, v = c["rule"], c["validation"]
         gate = f", refuse when {r['signal']} > {r['cut']:.4g} bits" if r["signal"] else ""
         lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "

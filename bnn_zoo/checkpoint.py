@@ -23,7 +23,9 @@ HMC_SAMPLES = "hmc.pt"
 CALIBRATION = "calibration.json"  # the certified abstention rules (bnn_zoo.calibrate)
 CERTIFIED_WEIGHTS = "certified_weights"  # calibration.json's record of the weights it certified
 MEMBERS = "members"  # an ensemble's members 1, 2, ... live in RUN_DIR/members/N, member 0 in RUN_DIR
-PARTS = ("bayes", "twin", "hmc")  # the posteriors a run can hold (bnn_zoo.ladder.posteriors)
+# the posteriors a run can hold (bnn_zoo.ladder.posteriors); "twin_scaled": the twin, temperature-scaled
+PARTS = ("bayes", "twin", "twin_scaled", "hmc")
+TWIN_SCALED = PARTS[2]
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # 3: a SHA-256 digest of the contents ("digest"), checked when read.
 # Checkpoints without a format are 1 (up to commit 766a886) and are upgraded when loaded.

@@ -1,8 +1,8 @@
-"""Evaluate a trained classifier run: accuracy, calibration and refusals on its test set, and how
-well the uncertainty tells out-of-distribution sets (notMNIST, white noise, FashionMNIST) from it,
-for the Bayesian network and its deterministic twin. The figures are dataclasses (``Evaluation``, a
-``PosteriorResult`` per posterior: ``InDistribution``, ``Cost``, its ``Rule``, an ``OODResult`` per
-OOD set); eval.json is their ``to_dict()``.
+"""Evaluate a trained classifier run: accuracy, calibration, refusals and conformal sets on its test
+set, and how well the uncertainty (entropy, mutual information, the feature density of
+``bnn_zoo.density``) tells out-of-distribution sets (notMNIST, white noise, FashionMNIST, the near
+ones of ``bnn_zoo.ood``) from it, for every posterior the run holds. The figures are the
+dataclasses of ``bnn_zoo.results``; eval.json is their ``to_dict()``.
 
 Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--rule quantile --threshold 0.3]
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyro
@@ -27,125 +26,22 @@ from .data import load_torchvision, normalize
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
-from .ood import OOD_SETS, ood_images
-from .ladder import posteriors, sampled_probs
+from .ood import OOD_SETS, ood_images, overlaid_digits
+from .references import fit_references
+from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
+from .ladder import posteriors
 from .sampling import seeded
 from .files import check_writable, write_atomic
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
 
-@dataclass
-class InDistribution:
-    """Figures on the test set under a rule: fractions of its inputs, NLL in nats per input."""
-
-    accuracy: float  # forced: the argmax of the mean prediction, never refusing
-    nll: float  # of the mean prediction
-    ece: float
-    refused: float
-    refused_by_gate: float  # refused by the rule's epistemic gate alone
-    accuracy_accepted: float  # NaN where every input was refused
-    multiple: float  # set-valued answers
-    aurc: float  # area under the risk-coverage curve
-    risk_at_95: float  # error rate among the accepted inputs at 95% coverage
-    risk_at_99: float
-    set_coverage: float | None = None  # of the certified conformal sets (None: the run has none)
-    set_size: float | None = None  # their mean size
-    augrc: float | None = None  # area under the generalized risk-coverage curve (None: an older eval.json)
-
-
-@dataclass
-class Detection:
-    """How well a score tells an OOD set from the test set (``bnn_zoo.metrics.detection``)."""
-
-    auroc: float
-    aupr: float
-    fpr95: float
-
-
-@dataclass
-class OODResult:
-    """One OOD set against the test set: refusals, mean entropy (bits), detection figures."""
-
-    refused: float  # under the posterior's rule
-    refused_by_quantile_rule: float  # under the quantile rule, Rule()
-    mean_entropy: float
-    by_entropy: Detection
-    by_mutual_information: Detection | None = None  # None: one deterministic prediction
-
-    @property
-    def best_auroc(self) -> float:
-        """AUROC by mutual information where the posterior is sampled, else by entropy."""
-        return (self.by_mutual_information or self.by_entropy).auroc
-
-    def to_dict(self) -> dict:
-        values = asdict(self)
-        return values if self.by_mutual_information else {k: v for k, v in values.items() if v is not None}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "OODResult":
-        mi = d.get("by_mutual_information")
-        return cls(**{**d, "by_entropy": Detection(**d["by_entropy"]), "by_mutual_information": mi and Detection(**mi)})
-
-
-@dataclass
-class Cost:
-    """What predicting the test set cost: seconds, peak MB (None where unreadable), numbers stored."""
-
-    predict_seconds: float
-    predict_peak_mb: float | None
-    parameters: int
-
-
-@dataclass
-class PosteriorResult:
-    """One posterior's figures: on the test set, and per OOD set's name."""
-
-    posterior: str  # its label, e.g. "mean-field VI" (bnn_zoo.ladder)
-    rule: Rule
-    cost: Cost
-    test: InDistribution
-    ood: dict[str, OODResult] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),
-                "test": asdict(self.test), "ood": {name: o.to_dict() for name, o in self.ood.items()}}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PosteriorResult":
-        return cls(d["posterior"], Rule.from_dict(d["rule"]), Cost(**d["cost"]), InDistribution(**d["test"]),
-                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()})
-
-
-@dataclass
-class Evaluation:
-    """``evaluate_run``'s result: a ``PosteriorResult`` per posterior the run holds (bnn_zoo.ladder's
-    names), and the OOD sets skipped (name: why). eval.json is ``to_dict()``.
-
-    Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors[BAYES].test``
-    """
-
-    run_dir: str
-    num_samples: int
-    seed: int
-    rule: str  # which rules: "calibrated" (each posterior's certified one) or "quantile"
-    test_size: int
-    skipped: dict[str, str]
-    posteriors: dict[str, PosteriorResult]
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()}}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Evaluation":
-        return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()}})
-
-
-def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule,
-                    sets: ConformalSets | None = None) -> InDistribution:
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, sets: ConformalSets | None = None,
+                    by_target: dict[float, ConformalSets] | None = None) -> InDistribution:
     """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone), accuracy on the
     accepted inputs, set-valued answers, the selective risks, and the conformal ``sets``' coverage
-    and mean size over every input (their guarantee is over all of them, refused or not)."""
+    and mean size over every input (their guarantee is over all of them, refused or not), and those
+    of the sets ``by_target`` coverage."""
     decision = rule(probs)
     labels = labels.to(probs.device)
     accepted = ~decision.refused
@@ -159,7 +55,8 @@ def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule,
         accuracy_accepted=correct[accepted].float().mean().item() if accepted.any() else float("nan"),
         multiple=decision.multiple.float().mean().item(),
         **selective_risks(probs, labels, rule.quantile),
-        **(dict(zip(("set_coverage", "set_size"), sets.coverage_and_size(probs, labels))) if sets else {}))
+        **(dict(zip(("set_coverage", "set_size"), sets.coverage_and_size(probs, labels))) if sets else {}),
+        sets_by_target=by_target and [SetFigures(t, *s.coverage_and_size(probs, labels)) for t, s in by_target.items()])
 
 
 def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5) -> dict:
@@ -173,9 +70,11 @@ def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float =
             "risk_at_99": at[0.99]}
 
 
-def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> OODResult:
+def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule, in_density: torch.Tensor | None = None,
+               ood_density: torch.Tensor | None = None) -> OODResult:
     """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection
-    figures by entropy and mutual information, for one OOD set against the test set."""
+    figures by entropy, mutual information and (given both sets' scores) the feature density, for
+    one OOD set against the test set."""
     in_u, ood_u = uncertainty(in_probs, rule.quantile), uncertainty(ood_probs, rule.quantile)
     sampled = in_probs.shape[0] > 1  # mutual information is zero for a single deterministic softmax
     return OODResult(
@@ -184,7 +83,19 @@ def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule) -> O
         mean_entropy=ood_u["entropy"].mean().item(),
         by_entropy=Detection(**detection(in_u["entropy"], ood_u["entropy"])),
         by_mutual_information=Detection(**detection(in_u["mutual_information"], ood_u["mutual_information"]))
-        if sampled else None)
+        if sampled else None,
+        by_feature_density=None if in_density is None else Detection(**detection(in_density, ood_density)))
+
+
+def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule, sets: ConformalSets | None,
+                     seed: int = 0) -> float:
+    """The share of overlaid digits (``pairs`` [N, 2], their two classes) refused, or answered with
+    a set holding both: the certified conformal set where the posterior has one, else the rule's."""
+    decision = rule(probs)
+    answer = (decision.accepted if sets is None else
+              sets.predict(probs, torch.Generator(device=probs.device).manual_seed(seed), nonempty=True))
+    both = answer.gather(1, pairs.to(answer.device)).all(1)
+    return (decision.refused | both).float().mean().item()
 
 
 def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
@@ -221,31 +132,44 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
               ood_size: int | dict[str, int], num_samples: int, root: str | None,
               seed: int) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
     """evaluate_run's figures per posterior, and the OOD sets skipped (missing data) with why."""
-    in_probs, results = {}, {}
-    for part, posterior in posteriors(trained).items():
+    rungs = posteriors(trained)
+    in_probs, costs = {}, {}
+    for part, posterior in rungs.items():
         with Measure(trained.device) as measured:
             in_probs[part] = posterior.predict(x, num_samples)
-        cost = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
-        results[part] = PosteriorResult(posterior.label, rules[part], cost,
-                                        in_distribution(in_probs[part], labels, rules[part], trained.sets.get(part)))
+        costs[part] = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
+    with seeded(seed + 1, trained.device):  # a stream of their own: the test's and OOD sets' draws stay as they were
+        refs = fit_references(trained, rungs, num_samples, seed, root)
+    density = {part: d.score(rungs[part].features(x)) for part, d in refs.density.items()}
+    results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
+        in_probs[part], labels, rules[part], trained.sets.get(part), refs.sets.get(part)))
+        for part, posterior in rungs.items()}
     skipped = {}
     for name in ood:
         try:
             size = ood_size[name] if isinstance(ood_size, dict) else ood_size
-            x = normalize(ood_images(name, root, size, seed)).to(trained.device)
+            images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (
+                ood_images(name, root, size, seed), None)
+            x = normalize(images).to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
             print(f"skipping {name}: {err}", file=sys.stderr)
             continue
-        for part, probs in sampled_probs(trained, x, num_samples).items():
-            results[part].ood[name] = ood_result(in_probs[part], probs, rules[part])
+        for part, posterior in rungs.items():
+            probs = posterior.predict(x, num_samples)
+            scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else ()
+            results[part].ood[name] = result = ood_result(in_probs[part], probs, rules[part], *scores)
+            if pairs is not None:
+                result.handled = handled_overlaid(probs, pairs, rules[part], trained.sets.get(part), seed)
     return results, skipped
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} as {"a/b": 1}."""
+    """{"a": {"b": 1}} as {"a/b": 1}; a list of figures by coverage target as {"a/0.9/b": ...}."""
     flat = {}
     for key, value in d.items():
+        if isinstance(value, list):
+            value = {f"{v['target']:g}": {k: x for k, x in v.items() if k != "target"} for v in value}
         flat.update(_flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
     return flat
 

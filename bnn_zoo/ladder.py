@@ -3,11 +3,13 @@ sampled predictions [S, N, C] (class probabilities, or a regression's (mean, noi
 beyond the result bounded by chunk_size x batch_size activations, whatever the rung.
 
 Rungs: ``VariationalPosterior`` (a guide: mean-field, low-rank), ``SampledPosterior`` (HMC weight
-samples), ``PointPosterior`` (the twin: point weights, one prediction), ``DropoutPosterior`` (MC
-dropout on a twin trained with dropout) and ``Mixture`` (an ensemble of any of them: K mean-field
+samples), ``PointPosterior`` (the twin: point weights, one prediction), ``ScaledPosterior`` (the
+twin's logits divided by the temperature fitted on validation), ``DropoutPosterior`` (MC dropout on
+a twin trained with dropout) and ``Mixture`` (an ensemble of any of them: K mean-field
 guides from different seeds, or K twins, the deep ensemble). ``posteriors(trained)`` gives the ones a
-trained run holds, under the names its rules and figures use (``BAYES``, ``TWIN``, ``HMC``: the
-names of ``bnn_zoo.checkpoint.PARTS``, "bayes", "twin", "hmc").
+trained run holds, under the names its rules and figures use (``BAYES``, ``TWIN``, ``TWIN_SCALED``,
+``HMC``: the names of ``bnn_zoo.checkpoint.PARTS``). A rung with a point network (a guide at its
+posterior mean, a twin) also gives its penultimate ``features`` for ``bnn_zoo.density``.
 
 Usage::
 
@@ -26,11 +28,12 @@ from torch import nn
 
 from .bnn import BayesianNet
 from .checkpoint import PARTS
+from .density import features
 from .sampling import Chunk, check_inputs, evaluating, fill_predictions, network_chunks, positive_sizes, sample_chunks
 from .trained import Trained
 from .twin import Twin
 
-BAYES, TWIN, HMC = PARTS  # the posteriors' names, in code that names one
+BAYES, TWIN, TWIN_SCALED, HMC = PARTS  # the posteriors' names, in code that names one
 
 
 class Posterior(ABC):
@@ -61,6 +64,11 @@ class Posterior(ABC):
         """How many predictions per input ``predict`` returns for ``num_samples``."""
         return num_samples if self.stochastic else 1
 
+    def features(self, x: torch.Tensor) -> torch.Tensor | None:
+        """[N, D]: the penultimate features of ``x`` under this rung's point network (the input of
+        its last ``nn.Linear``; ``bnn_zoo.density``), None where it has none (HMC, a mixture)."""
+        return None
+
 
 def _count(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
@@ -78,6 +86,13 @@ class VariationalPosterior(Posterior):
 
     def chunks(self, x, num_samples, chunk_size):
         return network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)
+
+    def features(self, x):
+        """At the guide's posterior mean (its median: the mean of a Gaussian guide)."""
+        prefix = len("net.")
+        with torch.no_grad(), evaluating(self.model):
+            mean = {name[prefix:]: value for name, value in self.guide.median().items()}
+            return features(self.model.skeleton, lambda xb: self.model.forward_with(mean, xb), x)
 
     @property
     def parameters_stored(self) -> int:
@@ -118,6 +133,25 @@ class PointPosterior(Posterior):
     @property
     def parameters_stored(self) -> int:
         return _count(self.twin)
+
+    def features(self, x):
+        with evaluating(self.twin):
+            return features(self.twin.net, self.twin.net, x)
+
+
+class ScaledPosterior(PointPosterior):
+    """A classifier twin with its logits divided by a temperature (``bnn_zoo.temperature``, fitted
+    on validation): the same answers, other confidences."""
+
+    def __init__(self, twin: Twin, temperature: float):
+        if not temperature > 0:
+            raise ValueError(f"a temperature must be positive, got {temperature}")
+        super().__init__(twin, f"MAP (the twin), temperature-scaled (T = {temperature:.3g})")
+        self.temperature = temperature
+
+    def chunks(self, x, num_samples, chunk_size):
+        with evaluating(self.twin):
+            yield 1, lambda xb: (self.twin.net(xb) / self.temperature).softmax(-1)[None]
 
 
 class DropoutPosterior(PointPosterior):
@@ -179,7 +213,8 @@ def _twin_posterior(twin: Twin) -> Posterior:
 def posteriors(trained: Trained) -> dict[str, Posterior]:
     """The posteriors a trained run holds: BAYES (its guide, or the mixture of its ensemble's
     guides), TWIN (the twin, MC dropout, or the deep ensemble of the members' twins) where it
-    trained one, and HMC where it drew NUTS samples."""
+    trained one, TWIN_SCALED (the twin temperature-scaled) where calibration fitted a temperature
+    to a lone twin, and HMC where it drew NUTS samples."""
     runs = [trained, *trained.members]
     bayes = [VariationalPosterior(t.model, t.guide) for t in runs]
     rungs: dict[str, Posterior] = {
@@ -190,6 +225,8 @@ def posteriors(trained: Trained) -> dict[str, Posterior]:
     elif twins:
         kind = twins[0].label if twins[0].stochastic else "twins"
         rungs[TWIN] = Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
+    if trained.temperature is not None and len(twins) == 1 and not twins[0].stochastic:
+        rungs[TWIN_SCALED] = ScaledPosterior(trained.twin, trained.temperature)
     if trained.samples is not None:
         rungs[HMC] = SampledPosterior(trained.model, trained.samples)
     return rungs

@@ -52,20 +52,28 @@ def ood_images(name: str, root: Optional[str], size: int, seed: int = 0) -> torc
         return scribbles(size, g)
     if name not in NEAR:
         raise ValueError(f"unknown out-of-distribution set {name!r}; choose from {', '.join(OOD_SETS)}")
+    if name == "overlaid":
+        return overlaid_digits(root, size, seed)[0]
     images, labels = load_torchvision("mnist", root, train=False, download=False)
     if name == "inverted":
         return 255 - images[torch.randperm(len(images), generator=g)[:size]]
-    if name == "rotated":
-        keep = ~torch.isin(labels, torch.tensor([0, 1, 8]))
-        picked = images[keep][torch.randperm(int(keep.sum()), generator=g)[:size]]
-        return torch.rot90(picked, 1, dims=(1, 2)).contiguous()
+    keep = ~torch.isin(labels, torch.tensor([0, 1, 8]))  # rotated
+    picked = images[keep][torch.randperm(int(keep.sum()), generator=g)[:size]]
+    return torch.rot90(picked, 1, dims=(1, 2)).contiguous()
+
+
+def overlaid_digits(root: Optional[str], size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``overlaid`` set: uint8 images [size, 28, 28] of two MNIST test digits of different
+    classes on top of each other, and those classes [size, 2]."""
+    images, labels = load_torchvision("mnist", root, train=False, download=False)
+    g = torch.Generator().manual_seed(seed)
     first = torch.randint(0, len(images), (size,), generator=g)
     second = torch.randint(0, len(images), (size,), generator=g)
     clash = labels[first] == labels[second]
     while clash.any():  # redraw partners of the same class
         second[clash] = torch.randint(0, len(images), (int(clash.sum()),), generator=g)
         clash = labels[first] == labels[second]
-    return torch.maximum(images[first], images[second])
+    return torch.maximum(images[first], images[second]), torch.stack([labels[first], labels[second]], 1)
 
 
 @lru_cache(maxsize=1)

@@ -18,11 +18,11 @@ from .data import normalize
 from .evaluate import InDistribution, OODResult, in_distribution, load_for_evaluation, ood_result
 from .files import write_atomic
 from .ood import ood_images
-from .ladder import BAYES, HMC, TWIN, sampled_probs
+from .ladder import BAYES, HMC, TWIN, TWIN_SCALED, sampled_probs
 from .sampling import seeded
 from .metrics import reliability_bins
 
-LABELS = {BAYES: "Bayesian", TWIN: "deterministic", HMC: "HMC"}
+LABELS = {BAYES: "Bayesian", TWIN: "deterministic", TWIN_SCALED: "deterministic, temperature-scaled", HMC: "HMC"}
 OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
 
 

@@ -17,7 +17,7 @@ from torch import nn
 from .abstention import Rule
 from .bnn import BayesianNet
 from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, HMC_SAMPLES, MEMBERS, PARTS, TWIN_CHECKPOINT,
-                         digest, read, save_atomic, stored_config)
+                         TWIN_SCALED, digest, read, save_atomic, stored_config)
 from .config import make_config, pick_device
 from .errors import CheckpointError, ConfigError
 from .conformal import ConformalSets
@@ -42,6 +42,8 @@ class Trained:
     # Each posterior's conformal prediction sets, where calibration.json holds them
     sets: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)  # calibration.json's content
+    # The twin's temperature (bnn_zoo.temperature), fitted on validation where calibration.json holds one
+    temperature: Optional[float] = None
     members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
     run: Optional[str] = None  # the run id its checkpoints share
     # Why the calibration cannot be used (it certified other weights), with the command that
@@ -123,7 +125,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
         if trained.calibration_problem:
-            trained.sets = {}  # certified for other weights: no guarantee for these
+            trained.sets, trained.temperature = {}, None  # fitted to other weights: not for these
     return trained
 
 
@@ -181,7 +183,7 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
         _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
-                   calibration, run=state.get("run"))
+                   calibration, calibration.get(TWIN_SCALED, {}).get("temperature"), run=state.get("run"))
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:
@@ -205,6 +207,9 @@ def read_calibration(path: Path) -> dict:
             if "rule" in calibration.get(part, {}):
                 Rule.from_dict(calibration[part]["rule"])
         _sets(calibration)
+        temperature = calibration.get(TWIN_SCALED, {}).get("temperature", 1.0)
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature {temperature!r} is not a positive number")
         return calibration
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); {fix}") from None

@@ -1,11 +1,14 @@
 """The out-of-distribution scoreboard: for each trained classifier run and every posterior it holds
-(its Bayesian network or ensemble, its twin, MC dropout or deep ensemble, HMC: bnn_zoo.ladder), one
-table (markdown and JSON) and plots. In distribution: accuracy, NLL, ECE, refused, accuracy on
-accepted, AURC, risk at 95% and 99% coverage. Per OOD set (the far ones, and the near ones that
-bnn_zoo.ood builds from MNIST test digits and the machine's fonts): refused under the run's
-certified rule and under the quantile rule, AUROC / AUPR / FPR95 by entropy and by mutual
-information. Then the ladder: one row per posterior with its AUROC per set and its cost (training
-minutes, seconds and peak MB to predict the test set, numbers stored), and ladder.png.
+(its Bayesian network or ensemble, its twin with and without temperature scaling, MC dropout or
+deep ensemble, HMC: bnn_zoo.ladder), one table (markdown and JSON) and plots. In distribution:
+accuracy, NLL, ECE, refused, accuracy on accepted, AURC, AUGRC, risk at 95% and 99% coverage, the
+certified conformal sets' coverage and size, and sets calibrated on validation at 90, 95 and 99%.
+Per OOD set (the far ones, and the near ones that bnn_zoo.ood builds from MNIST test digits and the
+machine's fonts): refused under the run's certified rule and under the quantile rule, AUROC / AUPR
+/ FPR95 by entropy and by mutual information, AUROC by the feature density, and for overlaid digits
+the share refused or answered with a set holding both. Then the ladder: one row per posterior with
+its AUROC per set and its cost (training minutes, seconds and peak MB to predict the test set,
+numbers stored), the feature density's AUROC per set, and ladder.png.
 
 Usage: python scripts/scoreboard.py mnist_mlp lenet lenet_fashion [--out scoreboard] [--samples 100]
            [--ood-size 10000] [--near-size 2000]        # shipped posteriors, or run directories
@@ -21,7 +24,8 @@ from bnn_zoo.checkpoint import MEMBERS
 from bnn_zoo.errors import ConfigError
 from bnn_zoo.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, evaluate_run
 from bnn_zoo.files import check_writable, make_folder, read_json, write_atomic
-from bnn_zoo.ladder import BAYES, HMC, TWIN
+from bnn_zoo.ladder import BAYES, HMC, TWIN, TWIN_SCALED
+from bnn_zoo.references import TARGETS
 from bnn_zoo.ood import NEAR, font_files
 from bnn_zoo.trained import load
 
@@ -31,14 +35,18 @@ IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
     ("refused", True, lambda t: t.refused), ("acc. accepted", True, lambda t: t.accuracy_accepted),
     ("AURC", False, lambda t: t.aurc), ("AUGRC", False, lambda t: t.augrc), ("risk @95%", False, lambda t: t.risk_at_95),
     ("risk @99%", False, lambda t: t.risk_at_99), ("set coverage", True, lambda t: t.set_coverage),
-    ("set size", False, lambda t: t.set_size)]
+    ("set size", False, lambda t: t.set_size),
+    *((f"{header} @{target:.0%}", percent, lambda t, target=target, name=name: getattr(t.set_figures(target), name, None))
+      for target in TARGETS for header, percent, name in (("sets: coverage", True, "coverage"), ("size", False, "size")))]
 PER_SET: list[tuple[str, bool, Callable[[OODResult], float | None]]] = [
     ("refused", True, lambda o: o.refused), ("refused, quantile rule", True, lambda o: o.refused_by_quantile_rule),
     ("AUROC H", False, lambda o: o.by_entropy.auroc), ("AUPR H", False, lambda o: o.by_entropy.aupr),
     ("FPR95 H", False, lambda o: o.by_entropy.fpr95),
     ("AUROC MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.auroc),
     ("AUPR MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.aupr),
-    ("FPR95 MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.fpr95)]
+    ("FPR95 MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.fpr95),
+    ("AUROC density", False, lambda o: o.by_feature_density and o.by_feature_density.auroc),
+    ("handled (overlaid)", True, lambda o: o.handled)]
 # Near sets for a FashionMNIST run: the ones that are not digits themselves.
 NEAR_FOR = {"mnist": NEAR, "fashion_mnist": ("letters", "constant", "scribbles", "blank")}
 
@@ -59,15 +67,21 @@ class ScoredRun:
         return [n for n in self.far + self.near if n not in self.evaluation.skipped]
 
     def near_refused(self, result: PosteriorResult) -> float | None:
-        """A posterior's mean refused over the near sets, None where there are none."""
-        return _mean([result.ood[n].refused for n in self.near])
+        """A posterior's mean refused over the near sets (overlaid digits: refused, or answered with
+        a set holding both), None where there are none."""
+        return _mean([o.refused if o.handled is None else o.handled for o in (result.ood[n] for n in self.near)])
+
+    def near_density_auroc(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean AUROC by the feature density over the near sets, None without one."""
+        return _mean([o.by_feature_density.auroc for n in self.near if (o := result.ood[n]).by_feature_density])
 
     def near_auroc(self, result: PosteriorResult) -> float | None:
         """A posterior's mean AUROC (``OODResult.best_auroc``) over the near sets."""
         return _mean([result.ood[n].best_auroc for n in self.near])
 
     def to_dict(self) -> dict:
-        near = {part: {"refused": self.near_refused(r), "auroc": self.near_auroc(r)}
+        near = {part: {"refused": self.near_refused(r), "auroc": self.near_auroc(r),
+                       "density_auroc": self.near_density_auroc(r)}
                 for part, r in self.evaluation.posteriors.items()}
         return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
                 "train_seconds": self.train_seconds, "near_means": near}
@@ -107,6 +121,8 @@ def training_seconds(run_dir: str) -> dict[str, float]:
         for part in (BAYES, TWIN):
             if metrics and part in metrics[0]:
                 seconds[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
+        if TWIN in seconds:
+            seconds[TWIN_SCALED] = seconds[TWIN]  # its temperature is fitted in calibration's seconds
         if metrics and HMC in metrics[0]:
             seconds[HMC] = seconds.get(BAYES, 0.0) + metrics[0][HMC]["seconds"]  # NUTS starts after SVI
     except (KeyError, TypeError, AttributeError) as err:
@@ -123,7 +139,7 @@ def _cell(value, percent: bool) -> str:
 
 def markdown(runs: dict[str, ScoredRun]) -> str:
     lines = ["| run | model | rule | " + " | ".join(header for header, _, _ in IN_DISTRIBUTION) +
-             " | near-OOD refused (mean) |", "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
+             " | near-OOD refused (mean; overlaid: or both in the set) |", "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
     for name, run in runs.items():
         for r in run.evaluation.posteriors.values():
             rule = f"q>={r.rule.threshold}" + (f", {'MI' if r.rule.signal == 'mutual_information' else 'H'}"
@@ -140,7 +156,7 @@ def markdown(runs: dict[str, ScoredRun]) -> str:
             for r in run.evaluation.posteriors.values():
                 lines.append(f"| {ood}{' (near)' if ood in run.near else ''} | {r.posterior} | " + " | ".join(
                     _cell(figure(r.ood[ood]), percent) for _, percent, figure in PER_SET) + " |")
-    return "\n".join(lines + ["", ladder_table(runs)])
+    return "\n".join(lines + ["", ladder_table(runs), "", density_table(runs)])
 
 
 def ladder_rows(runs: dict[str, ScoredRun]) -> dict[str, tuple[ScoredRun, str, PosteriorResult]]:
@@ -167,6 +183,19 @@ def ladder_table(runs: dict[str, ScoredRun]) -> str:
                      f" | {_cell(run.near_auroc(r), False)}"
                      f" | {'n/a' if seconds is None else f'{seconds / 60:.1f}'} | {r.cost.predict_seconds:.1f}"
                      f" | {'n/a' if mb is None else f'{mb:.0f}'} | {r.cost.parameters:,} |")
+    return "\n".join(lines)
+
+
+def density_table(runs: dict[str, ScoredRun]) -> str:
+    """The third signal on the ladder: per posterior with a point network (a guide at its mean, a
+    twin), the AUROC of its feature density (bnn_zoo.density) per OOD set and over the near sets."""
+    sets = all_sets(runs)
+    lines = ["| posterior | " + " | ".join(f"density AUROC {n}" for n in sets) + " | near (mean) |",
+             "|" + " --- |" * (len(sets) + 2)]
+    for label, (run, _, r) in ladder_rows(runs).items():
+        cells = [_cell(r.ood[n].by_feature_density.auroc, False) if n in r.ood and r.ood[n].by_feature_density
+                 else "n/a" for n in sets]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_cell(run.near_density_auroc(r), False)} |")
     return "\n".join(lines)
 
 

@@ -1,8 +1,9 @@
-"""Give shipped posteriors their conformal prediction sets, keeping everything else of their files
-(weights, rules): each posterior's sets (the Bayesian network's and its twin's), certified on the
-shipped config's validation split at its abstention.alpha with its abstention.set_score, from the
-draws calibration makes (seed 0, abstention.samples). Prints each set's threshold and what it does
-on validation.
+"""Give shipped posteriors their conformal prediction sets and their temperature-scaled twin,
+keeping everything else of their files (weights, the rules they shipped with): each posterior's
+sets, certified on the shipped config's validation split at its abstention.alpha with its
+abstention.set_score, and the scaled twin's temperature, rule and sets, all from the draws
+calibration makes (``certify_trained``: seed 0, abstention.samples). Prints each set's threshold
+and what it does on validation.
 
 Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR]
 """
@@ -12,8 +13,8 @@ from pathlib import Path
 import pyro
 
 from bnn_zoo import cli
-from bnn_zoo.calibrate import certify_sets, validation_set
-from bnn_zoo.checkpoint import read, save_atomic
+from bnn_zoo.calibrate import certify_trained, validation_set
+from bnn_zoo.checkpoint import TWIN_SCALED, read, save_atomic
 from bnn_zoo.ladder import sampled_probs
 from bnn_zoo.sampling import seeded
 from bnn_zoo.trained import SHIPPED, load, shipped_names
@@ -21,22 +22,28 @@ from bnn_zoo.trained import SHIPPED, load, shipped_names
 
 @pyro.settings.context(module_local_params=True)
 def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
-    """Certify ``name``'s sets and write them into its file; returns {part: (sets, validation coverage, size)}."""
+    """Certify ``name``'s sets (and its scaled twin) and write them into its file; returns {part:
+    (sets, validation coverage, size)}."""
     if Path(name).exists():
         raise ValueError(f"a folder named {name} is here: load() would read it, not the shipped posterior; "
                          "run this from another folder")
     trained = load(name)
     a = trained.config.abstention
     x, labels = validation_set(trained, data_root)
-    with seeded(seed):
-        sampled = sampled_probs(trained, x, a.samples)
-    certified = certify_sets(sampled, labels, a.alpha, a.set_score, seed)
+    certified = certify_trained(trained, x, labels, a.risk, a.delta, a.max_refusal, a.signal, a.quantile,
+                                a.samples, a.alpha, a.set_score, seed)
     path = SHIPPED / f"{name}.pt"
     state = read(path)
-    for part, sets in certified.items():
-        state["calibration"].setdefault(part, {})["sets"] = sets.to_dict()
+    for part, entry in certified.items():
+        if part == TWIN_SCALED:
+            state["calibration"][part] = entry
+        else:
+            state["calibration"].setdefault(part, {})["sets"] = entry["sets"]
     save_atomic(state, path)
-    return {part: (sets, *sets.coverage_and_size(sampled[part], labels)) for part, sets in certified.items()}
+    trained = load(name)
+    with seeded(seed):
+        sampled = sampled_probs(trained, x, a.samples)
+    return {part: (sets, *sets.coverage_and_size(sampled[part], labels)) for part, sets in trained.sets.items()}
 
 
 def main(argv=None) -> int:

@@ -3,14 +3,18 @@ import math
 
 import pyro
 import pytest
+import torch
 from conftest import DEVICE
 
 from bnn_zoo import load, predict
-from bnn_zoo.calibrate import main, validation_set
+from bnn_zoo.calibrate import certify_trained, main, summary, validation_set
 from bnn_zoo.calibration import certify
 from bnn_zoo.conformal import calibrate_sets
-from bnn_zoo.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
+from bnn_zoo.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, TWIN_SCALED, read, save_atomic
 from bnn_zoo.errors import CheckpointError, StorageError
+from bnn_zoo.ladder import posteriors
+from bnn_zoo.sampling import evaluating
+from bnn_zoo.temperature import fit_temperature
 from bnn_zoo.trained import weights_digest
 
 
@@ -48,6 +52,36 @@ def test_sets_certified_for_other_weights_are_not_used(certified_run, tmp_path):
     save_atomic(state, run / CHECKPOINT)
     trained = load(run)
     assert trained.calibration_problem and trained.sets == {} and load(certified_run).sets
+    assert trained.temperature is None and TWIN_SCALED not in posteriors(trained)  # fitted to other weights too
+
+
+def test_the_twin_s_temperature_is_fitted_on_validation_and_its_scaled_twin_certified(certified_run):
+    """calibration.json holds the temperature that minimizes the twin's validation NLL, and the
+    temperature-scaled twin's own certified rule (entropy gate) and sets, from its probabilities."""
+    found = json.loads((certified_run / CALIBRATION).read_text())[TWIN_SCALED]
+    trained = load(certified_run, DEVICE)
+    x, labels = validation_set(trained)
+    with torch.no_grad(), evaluating(trained.twin):
+        temperature = fit_temperature(trained.twin.net(x), labels)
+        probs = (trained.twin.net(x) / temperature).softmax(-1)[None]
+    assert found["temperature"] == pytest.approx(temperature) and trained.temperature == found["temperature"]
+    rung = posteriors(trained)[TWIN_SCALED]
+    assert rung.temperature == trained.temperature and torch.allclose(rung.predict(x), probs, atol=1e-6)
+    expected = certify(probs, labels, risk=0.4, delta=0.2, max_refusal=0.1, signal="entropy")
+    assert trained.rules[TWIN_SCALED] == expected.rule and found["samples"] == 1
+    assert trained.sets[TWIN_SCALED] == calibrate_sets(probs, labels, alpha=0.01, score="thr")
+
+
+def test_no_temperature_fits_a_twin_that_gets_every_validation_input_right(certified_run):
+    trained = load(certified_run, DEVICE)
+    x, labels = validation_set(trained)
+    with torch.no_grad():
+        right = trained.twin(x).argmax(-1) == labels
+    found = certify_trained(trained, x[right], labels[right], risk=0.4, delta=0.2, max_refusal=0.1, samples=2)
+    assert found[TWIN_SCALED] == {"error": f"no temperature: the network classifies all {int(right.sum())} inputs "
+                                           "right: their NLL falls without end as T -> 0, so no temperature is "
+                                           "best; calibrate on a larger held-out set"}
+    assert summary(found).splitlines()[-1].startswith("twin_scaled: none (no temperature: the network")
 
 
 def test_a_calibration_written_before_sets_existed_loads_without_them(certified_run, tmp_path):
@@ -55,9 +89,10 @@ def test_a_calibration_written_before_sets_existed_loads_without_them(certified_
     calibration = json.loads((run / CALIBRATION).read_text())
     for part in ("bayes", "twin"):
         del calibration[part]["sets"]
+    del calibration[TWIN_SCALED]  # nor scaled twins
     (run / CALIBRATION).write_text(json.dumps(calibration))
     trained = load(run)
-    assert trained.sets == {} and trained.rules["bayes"] == load(certified_run).rules["bayes"]
+    assert trained.sets == {} and trained.temperature is None and trained.rules["bayes"] == load(certified_run).rules["bayes"]
 
 
 def test_training_certifies_at_its_end_and_says_so(tiny_run):
@@ -204,3 +239,21 @@ def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
     found = calibrate_run(run, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
     assert torch.equal(torch.get_rng_state(), state)
     assert found["bayes"] == json.loads((certified_run / CALIBRATION).read_text())["bayes"]  # the same draws: seed 0
+
+
+def test_predict_answers_with_the_scaled_twin_under_its_own_rule(certified_run, shared_data, tmp_path, capsys):
+    from PIL import Image
+
+    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.predict import main as predict_main
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    files = []
+    for i in range(6):
+        Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")
+        files.append(str(tmp_path / f"{i}.png"))
+    assert predict_main([str(certified_run), *files, "--posterior", TWIN_SCALED, "--json"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    trained = load(certified_run)
+    decision = trained.rules[TWIN_SCALED](posteriors(trained)[TWIN_SCALED].predict(normalize(images[:6])))
+    assert [a["answer"] for a in answers] == [None if r else int(p) for r, p in zip(decision.refused, decision.prediction)]

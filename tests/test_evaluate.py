@@ -9,7 +9,7 @@ from bnn_zoo import load, predict
 from bnn_zoo.abstention import Rule, abstain, uncertainty
 from bnn_zoo.data import load_notmnist, load_torchvision, normalize
 from bnn_zoo.evaluate import Cost, Evaluation, InDistribution, main
-from bnn_zoo.ladder import BAYES, TWIN
+from bnn_zoo.ladder import BAYES, TWIN, TWIN_SCALED
 from bnn_zoo.metrics import detection
 
 
@@ -20,7 +20,7 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     printed = capsys.readouterr().out
     written = json.loads((tiny_run / "eval.json").read_text())
     results = Evaluation.from_dict(written)
-    assert results.to_dict() == written and list(results.posteriors) == [BAYES, TWIN]
+    assert results.to_dict() == written and list(results.posteriors) == [BAYES, TWIN, TWIN_SCALED]
     bayes, twin = results.posteriors[BAYES], results.posteriors[TWIN]
     assert set(bayes.ood) == {"notmnist", "noise"} and bayes.ood["noise"].by_mutual_information is not None
     assert twin.ood["notmnist"].by_mutual_information is None  # one deterministic softmax: no MI
@@ -28,16 +28,19 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert bayes.ood["notmnist"].best_auroc == bayes.ood["notmnist"].by_mutual_information.auroc
     # the table prints every figure of the file, a row each, a column per posterior
     rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()[1:]}
-    assert printed.splitlines()[0].split() == ["metric", BAYES, TWIN]
-    assert rows["test/ece"] == [f"{bayes.test.ece:.4f}", f"{twin.test.ece:.4f}"]
-    assert rows["ood/noise/mean_entropy"] == [f"{bayes.ood['noise'].mean_entropy:.4f}", f"{twin.ood['noise'].mean_entropy:.4f}"]
-    assert rows["ood/notmnist/by_mutual_information/fpr95"] == [f"{bayes.ood['notmnist'].by_mutual_information.fpr95:.4f}", "n/a"]
-    assert rows["cost/parameters"] == [str(bayes.cost.parameters), str(twin.cost.parameters)]
-    per_set = ["refused", "refused_by_quantile_rule", "mean_entropy",
-               *(f"{by}/{m}" for by in ("by_entropy", "by_mutual_information") for m in ("auroc", "aupr", "fpr95"))]
-    figures = [*(f"test/{f.name}" for f in fields(InDistribution)), *(f"cost/{f.name}" for f in fields(Cost)),
-               *(f"rule/{f.name}" for f in fields(Rule)), *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
-    assert len(figures) == 13 + 3 + 4 + 2 * 9 and set(figures) <= set(rows)
+    scaled = results.posteriors[TWIN_SCALED]
+    assert printed.splitlines()[0].split() == ["metric", BAYES, TWIN, TWIN_SCALED]
+    assert rows["test/ece"] == [f"{r.test.ece:.4f}" for r in (bayes, twin, scaled)]
+    assert rows["ood/noise/mean_entropy"] == [f"{r.ood['noise'].mean_entropy:.4f}" for r in (bayes, twin, scaled)]
+    assert rows["ood/notmnist/by_mutual_information/fpr95"] == [f"{bayes.ood['notmnist'].by_mutual_information.fpr95:.4f}", "n/a", "n/a"]
+    assert rows["cost/parameters"] == [str(r.cost.parameters) for r in (bayes, twin, scaled)]
+    per_set = ["refused", "refused_by_quantile_rule", "mean_entropy", *(f"{by}/{m}" for by in (
+        "by_entropy", "by_mutual_information", "by_feature_density") for m in ("auroc", "aupr", "fpr95"))]
+    figures = [*(f"test/{f.name}" for f in fields(InDistribution) if f.name != "sets_by_target"),
+               *(f"test/sets_by_target/{t}/{k}" for t in ("0.9", "0.95", "0.99") for k in ("coverage", "size")),
+               *(f"cost/{f.name}" for f in fields(Cost)), *(f"rule/{f.name}" for f in fields(Rule)),
+               *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
+    assert len(figures) == 13 + 6 + 3 + 4 + 2 * 12 and set(figures) <= set(rows)
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -190,3 +193,47 @@ def test_aurc_and_augrc_of_a_known_ranking():
     labels = torch.tensor([0, 1, 1, 0])
     risks = selective_risks(probs, labels)
     assert risks["aurc"] == pytest.approx(1 / 3) and risks["augrc"] == pytest.approx(1 / 4)
+
+
+def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_splits(certified_run, shared_data):
+    """The twin's feature density is fitted on (the first 10,000 of) its training split and scores
+    the test set against notMNIST; its sets at 90, 95 and 99% are calibrated on validation and
+    measured on the test set (one deterministic prediction: no draws to replay)."""
+    from bnn_zoo.calibrate import validation_set
+    from bnn_zoo.conformal import calibrate_sets
+    from bnn_zoo.data import run_split
+    from bnn_zoo.density import FeatureDensity
+    from bnn_zoo.evaluate import evaluate_run
+    from bnn_zoo.ladder import posteriors
+    from bnn_zoo.results import Detection, SetFigures
+
+    result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2)
+    trained = load(certified_run, DEVICE)
+    twin = posteriors(trained)[TWIN]
+    density = FeatureDensity.fit(twin.features(run_split(trained.config, "train", limit=10000)[0].to(DEVICE)),
+                                 run_split(trained.config, "train", limit=10000)[1])
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    x, ood = normalize(images[:300]).to(DEVICE), normalize(load_notmnist(str(shared_data))[:100]).to(DEVICE)
+    expected = detection(density.score(twin.features(x)), density.score(twin.features(ood)))
+    assert result.posteriors[TWIN].ood["notmnist"].by_feature_density == pytest.approx(Detection(**expected))
+    assert result.posteriors[BAYES].ood["notmnist"].by_feature_density is not None  # at the posterior mean
+    x_val, y_val = validation_set(trained)
+    for target in (0.9, 0.95, 0.99):
+        sets = calibrate_sets(twin.predict(x_val), y_val, round(1 - target, 6), "thr")
+        measured = SetFigures(target, *sets.coverage_and_size(twin.predict(x), labels[:300].to(DEVICE)))
+        assert result.posteriors[TWIN].test.set_figures(target) == pytest.approx(measured)
+    assert result.posteriors[TWIN].test.set_figures(0.5) is None
+
+
+def test_overlaid_digits_are_handled_when_refused_or_answered_with_both():
+    import torch
+
+    from bnn_zoo.conformal import ConformalSets
+    from bnn_zoo.evaluate import handled_overlaid
+
+    probs = torch.tensor([[[0.5, 0.45, 0.05], [0.9, 0.05, 0.05], [0.1, 0.1, 0.8]]])  # one sample, 3 inputs
+    pairs = torch.tensor([[0, 1], [0, 1], [1, 0]])
+    assert handled_overlaid(probs, pairs, Rule(threshold=0.4), None) == pytest.approx(1 / 3)  # {0, 1}; {0}; {2}
+    assert handled_overlaid(probs, pairs, Rule(threshold=0.95), None) == 1.0  # every one refused
+    wide = ConformalSets("thr", 0.1, threshold=0.96, n=100)  # every class with p >= 0.04: both, on each
+    assert handled_overlaid(probs, pairs, Rule(threshold=0.4), wide) == 1.0

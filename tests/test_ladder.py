@@ -19,6 +19,7 @@ from bnn_zoo.ladder import (
     Mixture,
     PointPosterior,
     SampledPosterior,
+    ScaledPosterior,
     VariationalPosterior,
     posteriors,
 )
@@ -76,6 +77,39 @@ def test_mc_dropout_samples_the_twin_with_fresh_masks_and_leaves_its_mode(arch):
     assert posterior.label == "MC dropout (p = 0.5)"
     with pytest.raises(ValueError, match="trained with dropout"):
         DropoutPosterior(twin_of(arch))
+
+
+@pytest.mark.parametrize("arch", ["mnist_mlp", "lenet"])
+def test_a_scaled_twin_divides_its_logits_by_the_temperature(arch):
+    twin = twin_of(arch)
+    x, _ = example_batch(arch, 6)
+    scaled = ScaledPosterior(twin, 2.5)
+    with torch.no_grad():
+        expected = torch.softmax(twin.net(x) / 2.5, -1)
+    out = scaled.predict(x, 10)
+    assert out.shape == (1, 6, 10) and torch.allclose(out[0], expected, atol=1e-6)
+    assert torch.equal(out[0].argmax(-1), twin(x).argmax(-1))  # the same answers, other confidences
+    assert scaled.label == "MAP (the twin), temperature-scaled (T = 2.5)"
+    with pytest.raises(ValueError, match="must be positive"):
+        ScaledPosterior(twin, 0.0)
+
+
+@pytest.mark.parametrize("arch", ZOO)
+def test_a_guide_s_features_are_the_network_s_at_the_posterior_mean(arch):
+    """The penultimate features of a guide's rung are those of the plain network holding the
+    guide's means (its median), and a twin's those of the twin; HMC and mixtures have none."""
+    from bnn_zoo.density import features
+
+    model, guide = build(arch, num_data=100, hidden=SMALL[arch], init_scale=0.1)
+    x, _ = example_batch(arch, 5)
+    guide(x)
+    plain = twin_of(arch).net
+    plain.load_state_dict({name[len("net."):]: value for name, value in guide.median().items()}, strict=False)
+    rung = VariationalPosterior(model, guide)
+    assert torch.allclose(rung.features(x), features(plain, plain, x), atol=1e-5)
+    twin = twin_of(arch, seed=1)
+    assert torch.allclose(PointPosterior(twin).features(x), features(twin.net, twin.net, x))
+    assert Mixture([rung, rung], "two").features(x) is None
 
 
 def test_sampled_posterior_takes_evenly_spaced_samples():

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from bnn_zoo.data import load_torchvision
-from bnn_zoo.ood import NEAR, centred, font_files, ood_images
+from bnn_zoo.ood import NEAR, centred, font_files, ood_images, overlaid_digits
 
 
 @pytest.mark.parametrize("name", NEAR)
@@ -23,11 +23,12 @@ def test_transformed_digits_are_what_they_say(shared_data):
     assert not torch.isin(labels[torch.stack(found)], torch.tensor([0, 1, 8])).any()
     inverted = ood_images("inverted", str(shared_data), 30)
     assert all((digits == 255 - image).flatten(1).all(1).any() for image in inverted)
-    overlaid = ood_images("overlaid", str(shared_data), 30)
-    for image in overlaid:  # the pixelwise maximum of two digits of different classes
+    overlaid, pairs = overlaid_digits(str(shared_data), 30)
+    assert torch.equal(overlaid, ood_images("overlaid", str(shared_data), 30))
+    for image, pair in zip(overlaid, pairs):  # the pixelwise maximum of two digits of the classes it names
         covered = (digits <= image).flatten(1).all(1) & (digits.flatten(1).float().sum(1) > 0)
         parts = covered.nonzero()[:, 0]
-        assert any(labels[a] != labels[b] and torch.equal(torch.maximum(digits[a], digits[b]), image)
+        assert any(labels[a] == pair[0] and labels[b] == pair[1] and torch.equal(torch.maximum(digits[a], digits[b]), image)
                    for a in parts for b in parts)
 
 

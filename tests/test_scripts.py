@@ -156,6 +156,14 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
         assert after["calibration"][part]["rule"] == before["calibration"][part]["rule"]
     assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
     assert f"mnist_mlp bayes: thr score <= {expected['bayes'].threshold:.4g} at 99%" in capsys.readouterr().out
+    # and the temperature-scaled twin, fitted and certified on the same validation split
+    from bnn_zoo.temperature import fit_temperature
+
+    with torch.no_grad():
+        temperature = fit_temperature(trained.twin.net(x), labels)
+    scaled = after["calibration"]["twin_scaled"]
+    assert scaled["temperature"] == pytest.approx(temperature) and trained.temperature == scaled["temperature"]
+    assert scaled["sets"] == expected["twin_scaled"].to_dict() and scaled["rule"]["signal"] in ("entropy", None)
 
 
 def test_ship_sets_refuses_where_a_folder_of_the_name_would_be_read(tmp_path, monkeypatch, capsys):
@@ -244,7 +252,8 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     assert results["letter_fonts"] == [Path(f).name for f in font_files()] and "DejaVuSans.ttf" in results["letter_fonts"]
     assert f"(letters drawn in {len(font_files())} fonts)" in printed
     bayes = results["posteriors"][BAYES]
-    near = [bayes["ood"][n]["refused"] for n in results["near"]]
+    near = [bayes["ood"][n].get("handled", bayes["ood"][n]["refused"]) for n in results["near"]]  # overlaid: handled
+    assert "handled" in bayes["ood"]["overlaid"] and "handled" not in bayes["ood"]["rotated"]
     assert results["near_means"][BAYES]["refused"] == pytest.approx(sum(near) / len(near))
     # the markdown shows the JSON's figures
     assert (out / "scoreboard.md").read_text().strip() == printed.strip()
@@ -254,13 +263,20 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     assert cells[2] == f"{100 * rotated['refused']:.2f}%" and cells[3] == f"{100 * rotated['refused_by_quantile_rule']:.2f}%"
     assert cells[4] == f"{rotated['by_entropy']['auroc']:.4f}" and cells[7] == f"{rotated['by_mutual_information']['auroc']:.4f}"
     twin_row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | MAP (the twin) |"))
-    assert [c.strip() for c in twin_row.strip("|").split("|")][7:] == ["n/a"] * 3  # no mutual information
+    twin_cells = [c.strip() for c in twin_row.strip("|").split("|")]
+    twin_rotated = results["posteriors"][TWIN]["ood"]["rotated"]
+    assert twin_cells[7:] == ["n/a"] * 3 + [f"{twin_rotated['by_feature_density']['auroc']:.4f}", "n/a"]  # no MI
+    overlaid = next(line for line in printed.splitlines() if line.startswith("| overlaid (near) | mean-field VI |"))
+    assert overlaid.strip("|").split("|")[-1].strip() == f"{100 * bayes['ood']['overlaid']['handled']:.2f}%"
     row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run} | mean-field VI |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == f"q>={bayes['rule']['threshold']}, MI<={bayes['rule']['cut']:.3g}"
     assert cells[5] == f"{bayes['test']['ece']:.4f}" and cells[-1] == f"{100 * sum(near) / len(near):.2f}%"
     assert cells[9] == f"{bayes['test']['augrc']:.4f}"  # AUGRC, then the certified sets' coverage and size
     assert cells[12:14] == [f"{100 * bayes['test']['set_coverage']:.2f}%", f"{bayes['test']['set_size']:.4f}"]
+    by_target = [(f"{100 * f['coverage']:.2f}%", f"{f['size']:.4f}") for f in bayes["test"]["sets_by_target"]]
+    assert [f["target"] for f in bayes["test"]["sets_by_target"]] == [0.9, 0.95, 0.99]
+    assert cells[14:20] == [cell for pair in by_target for cell in pair]  # at 90, 95 and 99%
     assert (out / f"scoreboard_{certified_run.name}.png").stat().st_size > 0
     # the ladder: a row per posterior, AUROC by mutual information for the sampled one, entropy for
     # the twin, and what each cost
@@ -279,6 +295,14 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
         stored = 2 * (784 * 32 + 32 + 32 * 10 + 10) if part == BAYES else 784 * 32 + 32 + 32 * 10 + 10
         assert cells[17] == f"{stored:,}" and r["cost"]["parameters"] == stored  # loc and scale per weight
     assert (out / "ladder.png").stat().st_size > 0
+    # the feature density's table: a row per posterior, its AUROC per set and over the near sets
+    twin = results["posteriors"][TWIN]
+    row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run.name}: MAP (the twin) |")
+               and "density" not in line and line.count("|") == len(results["far"]) + len(results["near"]) + 3)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    near_density = [twin["ood"][n]["by_feature_density"]["auroc"] for n in results["near"]]
+    assert cells[1] == f"{twin['ood']['notmnist']['by_feature_density']['auroc']:.4f}"
+    assert cells[-1] == f"{sum(near_density) / len(near_density):.4f}" == f"{results['near_means'][TWIN]['density_auroc']:.4f}"
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
