@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import config_dict, restore_rng, rng_state, save_atomic
 from .data import Splits, TensorSet
+from .distributed import World
 from .errors import StorageError, TrainingError
 
 
@@ -45,32 +46,38 @@ def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int,
 
 def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
         t: DictConfig, epochs: int, history: list, per_example: float,
-        after_epoch: Callable[[dict, bool], Optional[bool]]) -> None:
-    """The epoch loop shared by the BNN and its twin: minibatches on the device, a progress bar,
-    a check for non-finite losses, then ``after_epoch(record, due)``, where ``due`` says it is
-    time to evaluate and checkpoint (every ``t.eval_every`` epochs and the last); it returns True
-    to stop early.
+        after_epoch: Callable[[dict, bool], Optional[bool]], world: World = World()) -> None:
+    """The epoch loop shared by the BNN and its twin: minibatches on the device (a rank's share of
+    each, ``bnn_zoo.distributed``), a progress bar, a check for non-finite losses, then
+    ``after_epoch(record, due)``, where ``due`` says it is time to evaluate and checkpoint (every
+    ``t.eval_every`` epochs and the last); it returns True to stop early.
 
     ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
     """
     steps = math.ceil(len(train_set) / t.batch_size)
     # One bar per epoch; for one-step epochs (the toy sets) one bar over the epochs instead.
+    shown = t.progress and world.main
     over_epochs = tqdm(range(len(history), epochs), desc=label, dynamic_ncols=True,
-                       disable=not t.progress or steps > 1, initial=len(history), total=epochs)
+                       disable=not shown or steps > 1, initial=len(history), total=epochs)
     for epoch in over_epochs:
         start = time.perf_counter()
         total = torch.zeros((), device=train_set.x.device)
-        bar = tqdm(train_set.batches(t.batch_size), total=steps, leave=False, dynamic_ncols=True,
-                   desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not t.progress or steps == 1)
+        batches = train_set.batches(t.batch_size, generator=world.order(epoch, train_set.x.device))
+        bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
+                   desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1)
         for i, (xb, yb) in enumerate(bar):
+            xb, yb = world.share(xb, yb)
+            if not len(xb):  # an epoch's last minibatch, smaller than the ranks
+                continue
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(xb, yb)
+            with world.draws(epoch * steps + i):
+                loss = loss_fn(xb, yb)
             loss.backward()
             optimizer.step()
             total += loss.detach()
             if i % 25 == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{total.item() / (i + 1) * per_example:.4f}", refresh=False)
-        mean_loss = total.item() / steps * per_example
+        mean_loss = world.mean(total).item() / steps * per_example
         seconds = time.perf_counter() - start
         if not math.isfinite(mean_loss):
             raise TrainingError(f"{label}: the loss became {mean_loss} in epoch {epoch + 1}")
@@ -94,11 +101,13 @@ def reached(record: dict, target: Optional[float]) -> bool:
 
 
 def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callable[[str], None],
-                stored: Optional[dict] = None) -> dict:
+                stored: Optional[dict] = None, world: World = World()) -> dict:
     """Train ``phase`` (a ``bnn_zoo.phases.Phase``) on ``splits.train`` for its planned epochs,
     continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch and
-    test figures."""
+    test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
+    checkpoints and tests (the others return no test figures)."""
     t = cfg.train
+    loss = world.wrap(phase.modules(), phase.loss, splits.train.x.device)
     optimizer = adam(phase.parameters(), phase.lr)
     history: list = []
     if stored:
@@ -115,6 +124,9 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
         history.append(record)
         if not due:
             return False
+        if not world.main:  # the same parameters as rank 0's: the same check
+            last.check(phase.label, record["epoch"], phase.parameters())
+            return world.agree(False)  # rank 0's word on stopping early
         if splits.val is not None:
             record.update(prefixed("val", phase.metrics(splits.val, t.val_samples)))
         log(f"{phase.label} epoch {record['epoch']}: " +
@@ -124,11 +136,13 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
                      "optimizer": optimizer.state_dict(), "history": history, **phase.state(),
                      **rng_state(splits.train.x.device)}, phase.path)
         last.epoch = record["epoch"]
-        return reached(record, t.stop_at_accuracy)
+        return world.agree(reached(record, t.stop_at_accuracy))
 
     with phase.stepping(), last:
-        fit(phase.label, phase.loss, optimizer, scheduler, splits.train, t, phase.epochs, history,
-            phase.per_example, after_epoch)
+        fit(phase.label, loss, optimizer, scheduler, splits.train, t, phase.epochs, history,
+            phase.per_example, after_epoch, world)
+    if not world.main:
+        return {"history": history}
     test = phase.metrics(splits.test, t.test_samples)
     log(f"{phase.label} test{f' ({t.test_samples} posterior samples)' if phase.sampled else ''}: {figures(test)}")
     return {"history": history, "seconds_per_epoch": statistics.median(h["seconds"] for h in history),

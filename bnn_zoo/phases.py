@@ -41,6 +41,9 @@ class Phase(Protocol):
     def parameters(self) -> list[torch.Tensor]:
         """What the optimizer moves."""
 
+    def modules(self) -> list[torch.nn.Module]:
+        """The modules holding those parameters (what DDP wraps, ``bnn_zoo.distributed``)."""
+
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """A minibatch's loss, a scalar to minimize."""
 
@@ -87,6 +90,9 @@ class BayesPhase:
 
     def parameters(self) -> list[torch.Tensor]:
         return [*self.guide.parameters(), *self.model.parameters()]
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.guide, self.model]
 
     def _loss_and_data_fit(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with self.reparam():
@@ -137,6 +143,9 @@ class TwinPhase:
 
     def parameters(self) -> list[torch.Tensor]:
         return list(self.twin.parameters())
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.twin]
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.twin.loss(x, y)

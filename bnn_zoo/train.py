@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from contextlib import nullcontext
 
 import pyro
 import torch
@@ -33,6 +34,7 @@ from .capture import DESCRIBED
 from .checkpoint import config_dict, replace_config, save_atomic
 from .config import make_config, pick_device, resolved
 from .data import TOY_FUNCTIONS, Splits, load_splits
+from .distributed import World
 from .factory import build_from_config
 from .ladder import posteriors
 from .loop import figures, prefixed, train_phase
@@ -58,18 +60,23 @@ def train(cfg: DictConfig) -> dict:
     checks the overrides against the stored run before it writes anything; every ensemble member's
     config is checked before the first trains."""
     cfg = resolved(cfg)
-    device = pick_device(cfg.device)
+    world = World.from_env(cfg.seed)
+    world.check(cfg.train.members, cfg.infer, cfg.train.batch_size)
+    device = world.device(pick_device(cfg.device))
     run = Run(cfg.run_dir)
-    with run.claim(cfg.overwrite, resuming=bool(cfg.resume)):
+    with world.joined(device), run.claim(cfg.overwrite, resuming=bool(cfg.resume)) if world.main else nullcontext():
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = load_splits(cfg, device)  # before the old run goes (overwrite=true): its data may be missing
+        if not world.main:  # rank 0 writes the run directory, and alone goes on after training
+            return train_network(cfg, run, splits, device, stored, world)
         _begin(run, cfg, stored)
         # after the old run's files went (overwrite=true), before any member trains
         members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
         log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
-            f"guide {cfg.model.guide}, run directory {run.dir}")
-        metrics = {"config": config_dict(cfg), **train_network(cfg, run, splits, device, stored)}
+            f"guide {cfg.model.guide}, run directory {run.dir}" +
+            (f", rank 0 of {world.size} (torchrun)" if world.size > 1 else ""))
+        metrics = {"config": config_dict(cfg), **train_network(cfg, run, splits, device, stored, world)}
         if members:
             metrics["members"] = [train_member(member, i, splits, device) for i, member in enumerate(members, 1)]
         if cfg.infer == "nuts":
@@ -87,19 +94,23 @@ def train(cfg: DictConfig) -> dict:
         return metrics
 
 
-def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dict | None) -> dict:
-    """The phases of one network: the Bayesian network, then its twin (``train.twin``)."""
+def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dict | None,
+                  world: World = World()) -> dict:
+    """The phases of one network: the Bayesian network, then its twin (``train.twin``), on every
+    rank of ``world``; only rank 0 logs."""
+    say = world.said(log)
     run_id = stored["run"] if stored else uuid.uuid4().hex
-    bayes = BayesPhase(cfg, len(splits.train), device, run.checkpoint, log)
+    bayes = BayesPhase(cfg, len(splits.train), device, run.checkpoint, say)
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
-    log(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
+    say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
         f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={cfg.train.capture})")
-    results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, log, stored), "kl_estimator": kl}}
+    results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, say, stored, world), "kl_estimator": kl}}
     if cfg.train.twin:
-        results["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, log,
-                                    stored and stored["twin"])
+        results["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, say,
+                                    stored and stored["twin"], world)
     return results
+
 
 
 def member_config(cfg: DictConfig, member: Run) -> DictConfig:

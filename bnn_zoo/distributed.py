@@ -1,0 +1,161 @@
+"""One posterior trained on several processes by PyTorch's DistributedDataParallel, launched by
+torchrun: one process per GPU (NCCL), or per CPU core (gloo). DDP broadcasts rank 0's parameters at
+the start and averages the gradients after each backward pass; nothing here exchanges gradients.
+
+Each global minibatch (``train.batch_size``) is cut into equal shares, one per rank (its last
+minibatch of an epoch cut to a multiple of the ranks), in an order every rank draws alike from
+(seed, epoch). Every rank draws its own weights, from (seed, step, rank). A rank's log-likelihood
+is scaled by num_data over its share (the data plate), so the average of the ranks' gradients is
+the single-process gradient of the global minibatch under their draws. Only rank 0 writes the run
+directory, validates and tests.
+
+Usage::
+
+    torchrun --nproc_per_node 2 -m bnn_zoo.train mnist_mlp run_dir=runs/ddp      # two GPUs, or two cores
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 -m bnn_zoo.train lenet
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .errors import ConfigError
+
+TIMEOUT = timedelta(minutes=10)  # a rank that waits longer on the others (one died, one hangs) stops
+
+
+def _stream(*numbers: int) -> int:
+    """A seed of its own for each tuple of numbers (Python hashes a tuple of ints alike in every process)."""
+    return hash(numbers) % (2**63)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the ranks of a run; ``World()`` is a single process, where every
+    method leaves training exactly as it was."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    seed: int = 0
+
+    @classmethod
+    def from_env(cls, seed: int) -> "World":
+        """The world torchrun describes in the environment (WORLD_SIZE, RANK, LOCAL_RANK); one process without it."""
+        try:
+            size, rank, local = (int(os.environ.get(k, d)) for k, d in (("WORLD_SIZE", 1), ("RANK", 0), ("LOCAL_RANK", 0)))
+        except ValueError:
+            raise ConfigError("WORLD_SIZE, RANK and LOCAL_RANK must be integers: launch with torchrun") from None
+        if size < 1 or not 0 <= rank < size:
+            raise ConfigError(f"RANK {rank} of WORLD_SIZE {size} is no rank: launch with torchrun")
+        return cls(rank, size, local, seed)
+
+    @property
+    def main(self) -> bool:
+        """Whether this process writes the run directory, validates and logs."""
+        return self.rank == 0
+
+    def device(self, device: torch.device) -> torch.device:
+        """A rank's own GPU (its LOCAL_RANK) where the run trains on GPUs; the CPU stays the CPU."""
+        return torch.device("cuda", self.local_rank) if self.size > 1 and device.type == "cuda" else device
+
+    def check(self, members: int, infer: str, batch_size: int) -> None:
+        """What a run on several ranks cannot do: ensembles and NUTS (one-process jobs), and
+        minibatches with fewer examples than ranks."""
+        if self.size > 1 and (members > 1 or infer != "svi"):
+            raise ConfigError(f"torchrun trains one network on {self.size} ranks; train.members={members} and "
+                              f"infer={infer} run in one process: launch them without torchrun, or set "
+                              "train.members=1 infer=svi")
+        if batch_size < self.size:
+            raise ConfigError(f"train.batch_size={batch_size} gives some of the {self.size} ranks no examples: "
+                              f"set it to at least {self.size} (best a multiple of {self.size})")
+
+    @contextmanager
+    def joined(self, device: torch.device) -> Iterator[None]:
+        """In the process group (NCCL on GPUs, gloo on CPUs) for the block, out of it after, whatever happened."""
+        if self.size == 1 or dist.is_initialized():
+            yield
+            return
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT,
+                                device_id=device if device.type == "cuda" else None)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+    def said(self, log: Callable[[str], None]) -> Callable[[str], None]:
+        """``log`` on rank 0; on the others a log that says nothing."""
+        return log if self.main else _silent
+
+    def order(self, epoch: int, device: torch.device) -> torch.Generator | None:
+        """The generator of epoch ``epoch``'s minibatch order, alike on every rank (None: torch's own)."""
+        if self.size == 1:
+            return None
+        return torch.Generator(device).manual_seed(_stream(self.seed, epoch))
+
+    def share(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's share of a global minibatch (empty where it holds fewer inputs than ranks)."""
+        if self.size == 1:
+            return x, y
+        n = len(x) // self.size
+        return x[self.rank * n:(self.rank + 1) * n], y[self.rank * n:(self.rank + 1) * n]
+
+    def draws(self, step: int):
+        """The context of step ``step``'s weight draws: a stream of this rank's own."""
+        return _own_stream(_stream(self.seed, step, self.rank)) if self.size > 1 else nullcontext()
+
+    def wrap(self, modules: list[nn.Module], loss: Callable, device: torch.device) -> Callable:
+        """``loss`` (x, y) -> scalar over ``modules``' parameters, through DDP where there are ranks."""
+        if self.size == 1:
+            return loss
+        return DistributedDataParallel(_Loss(modules, loss), device_ids=[device] if device.type == "cuda" else None)
+
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's ``flag`` on every rank (whether to stop early: only rank 0 validates)."""
+        if self.size == 1:
+            return flag
+        held = [flag]
+        dist.broadcast_object_list(held, src=0)
+        return bool(held[0])
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        """The mean of a tensor over the ranks (an epoch's loss, for the log)."""
+        if self.size > 1:
+            value = value.clone()
+            dist.all_reduce(value)
+            value /= self.size
+        return value
+
+
+def _silent(message: str) -> None:
+    """The log of a rank other than 0."""
+
+
+class _Loss(nn.Module):
+    """A phase's loss as a module holding its parameters: what DDP wraps."""
+
+    def __init__(self, modules: list[nn.Module], loss: Callable):
+        super().__init__()
+        self.held = nn.ModuleList(modules)
+        self.loss = loss
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(x, y)
+
+
+@contextmanager
+def _own_stream(seed: int) -> Iterator[None]:
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield

@@ -1,0 +1,180 @@
+"""Training on several ranks (bnn_zoo.distributed): two gloo processes on this CPU."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import tiny_config
+
+from bnn_zoo import load
+from bnn_zoo.checkpoint import CHECKPOINT, read
+from bnn_zoo.distributed import World
+from bnn_zoo.errors import ConfigError
+from bnn_zoo.loop import adam
+from bnn_zoo.phases import BayesPhase, TwinPhase
+
+CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _batch(n: int = 10):
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def _config(kind: str):
+    """A small mnist_mlp; ``traced``: its Bayesian step replayed from a trace (bnn_zoo.capture)."""
+    return tiny_config("mnist_mlp", **{"model.hidden": "[8]", "train.capture": "trace" if kind == "traced" else "eager"})
+
+
+def _phase(kind: str, cfg):
+    pyro.set_rng_seed(0)  # the same initial parameters in every process
+    with pyro.settings.context(module_local_params=True):
+        return TwinPhase(cfg, CPU) if kind == "twin" else BayesPhase(cfg, num_data=1000, device=CPU)
+
+
+def _one_step(rank: int, port: int, kind: str, out: str) -> None:
+    """Rank ``rank`` of two: one step of ``kind`` on its share of the batch, through DDP."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    cfg = _config(kind)
+    world = World.from_env(cfg.seed)
+    with world.joined(CPU), pyro.settings.context(module_local_params=True):
+        phase = _phase(kind, cfg)
+        loss_fn = world.wrap(phase.modules(), phase.loss, CPU)
+        optimizer = adam(phase.parameters(), 0.01)
+        x, y = world.share(*_batch())
+        with world.draws(0), phase.stepping():
+            loss = loss_fn(x, y)
+        loss.backward()
+        grads = [p.grad.clone() for p in phase.parameters()]
+        optimizer.step()
+        torch.save({"loss": loss.detach(), "grads": grads, "params": [p.detach().clone() for p in phase.parameters()]},
+                   Path(out) / f"{rank}.pt")
+
+
+@pytest.mark.parametrize("kind", ["bayes", "traced", "twin"])
+def test_one_step_on_two_ranks_is_the_single_process_step_on_the_global_batch(kind, tmp_path):
+    """Two gloo ranks, each on its half of a minibatch of 10 with its own draws: after DDP's
+    averaging, their gradients and Adam's update are those of one process taking the mean of the
+    two halves' losses under the same draws; and with one draw shared, that mean is the loss of
+    the whole minibatch (each half's likelihood is scaled by num_data over its own size)."""
+    mp.spawn(_one_step, args=(_free_port(), kind, str(tmp_path)), nprocs=2)
+    ranks = [torch.load(tmp_path / f"{r}.pt") for r in range(2)]
+    cfg = _config(kind)
+    with pyro.settings.context(module_local_params=True):
+        phase = _phase(kind, cfg)
+        optimizer = adam(phase.parameters(), 0.01)
+        x, y = _batch()
+        with phase.stepping():
+            for rank in range(2):
+                world = World(rank, 2, rank, cfg.seed)
+                with world.draws(0):
+                    loss = phase.loss(*world.share(x, y))
+                assert torch.allclose(loss.detach(), ranks[rank]["loss"], rtol=1e-6)
+                (loss / 2).backward()
+        for p, a, b in zip(phase.parameters(), ranks[0]["grads"], ranks[1]["grads"]):
+            assert torch.allclose(p.grad, a, rtol=1e-5, atol=1e-7) and torch.equal(a, b)  # DDP's mean, on both
+        optimizer.step()
+        for p, a, b in zip(phase.parameters(), ranks[0]["params"], ranks[1]["params"]):
+            assert torch.allclose(p.detach(), a, rtol=1e-6, atol=1e-7) and torch.equal(a, b)
+        with phase.stepping():
+            halves = []
+            for xs, ys in ((x[:5], y[:5]), (x[5:], y[5:])):
+                torch.manual_seed(3)
+                halves.append(phase.loss(xs, ys))
+            torch.manual_seed(3)
+            whole = phase.loss(x, y)
+    assert torch.allclose((halves[0] + halves[1]) / 2, whole, rtol=1e-6)
+
+
+def _torchrun(*args, **env):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(_free_port()), "-m", "bnn_zoo.train", *args]
+    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _rank_pids(run_dir: Path, rank: int) -> list[int]:
+    """The processes of rank ``rank`` training into ``run_dir`` (read from /proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc.name.isdigit() and f"run_dir={run_dir}".encode() in (proc / "cmdline").read_bytes()
+                    and f"RANK={rank}\0".encode() in (proc / "environ").read_bytes()
+                    and b"LOCAL_RANK" in (proc / "environ").read_bytes()):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
+    """A two-rank toy run whose rank 1 is killed (kill -9) after a checkpoint stops with torchrun's
+    word on which rank died; its checkpoint loads, and resuming on two ranks ends at the weights of
+    a two-rank run never interrupted (the order and the draws come from seed, epoch and step)."""
+    settings = ["toy_mlp", "train.epochs=600", "train.eval_every=50", "train.progress=false"]
+    whole = _torchrun(*settings, f"run_dir={tmp_path / 'whole'}")
+    assert whole.wait(timeout=300) == 0, whole.stdout.read()
+    killed_dir = tmp_path / "killed"
+    killed = _torchrun(*settings, f"run_dir={killed_dir}")
+    deadline = time.time() + 120
+    while not (killed_dir / CHECKPOINT).is_file() and time.time() < deadline:
+        time.sleep(0.05)
+    pids = _rank_pids(killed_dir, 1)
+    assert pids, "rank 1 not found"
+    os.kill(pids[0], signal.SIGKILL)
+    out = killed.communicate(timeout=300)[0]
+    assert killed.returncode != 0 and "Signal 9 (SIGKILL)" in out, out
+    stopped_at = read(killed_dir / CHECKPOINT)["epoch"]
+    assert 50 <= stopped_at < 600 and load(killed_dir).epoch == stopped_at  # the last checkpoint is whole
+    resumed = _torchrun(f"resume={killed_dir}", "train.progress=false")
+    assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
+    a, b = read(tmp_path / "whole" / CHECKPOINT), read(killed_dir / CHECKPOINT)
+    assert a["epoch"] == b["epoch"] == 600
+    for name, value in a["guide"].items():
+        assert torch.allclose(value, b["guide"][name], atol=1e-6), name
+
+
+def test_what_several_ranks_cannot_do_is_named():
+    with pytest.raises(ConfigError, match="train.members=3 and infer=svi run in one process"):
+        World(0, 2).check(members=3, infer="svi", batch_size=128)
+    with pytest.raises(ConfigError, match="infer=nuts run in one process"):
+        World(1, 2).check(members=1, infer="nuts", batch_size=128)
+    with pytest.raises(ConfigError, match="train.batch_size=2 gives some of the 4 ranks no examples"):
+        World(0, 4).check(members=1, infer="svi", batch_size=2)
+    World().check(members=3, infer="nuts", batch_size=1)  # one process: all of it
+    for env, message in (({"WORLD_SIZE": "two"}, "must be integers"), ({"WORLD_SIZE": "2", "RANK": "2"}, "is no rank")):
+        with pytest.raises(ConfigError, match=message):
+            os.environ.update(env)
+            try:
+                World.from_env(0)
+            finally:
+                for key in env:
+                    os.environ.pop(key)
+
+
+def test_one_process_is_left_as_it_was():
+    """World() changes nothing: the whole batch, torch's own order and draws, the loss itself."""
+    world, x, y = World(), *_batch()
+    assert world.share(x, y) == (x, y) and world.order(3, CPU) is None and world.mean(torch.tensor(2.0)) == 2.0
+    state = torch.get_rng_state()
+    with world.draws(5):
+        pass
+    assert torch.equal(torch.get_rng_state(), state)
+    loss = lambda a, b: a.sum()  # noqa: E731
+    assert world.wrap([], loss, CPU) is loss
