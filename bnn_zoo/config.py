@@ -7,16 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import torch
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config_checks import HIDDEN, check, check_device_name, short_quotes, show
+from .config_checks import HIDDEN, check, check_device_name, recipe, short_quotes, show
 from .errors import ConfigError
-from .zoo import ARCHITECTURES
 
 
 
@@ -50,6 +49,10 @@ class ModelConfig:
     # noise_scale) or heteroscedastic (the network predicts the scale at each input).
     noise: str = "fixed"
     noise_scale: float = 1.0
+    # A network by name (arch: package.module:factory): the factory's keyword arguments, and the
+    # likelihood of its outputs: categorical (null; 10 classes) or gaussian (a regression's mean).
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    likelihood: Optional[str] = None
 
 
 @dataclass
@@ -271,7 +274,7 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
 def resolved(cfg: DictConfig) -> DictConfig:
     """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly."""
     cfg = cfg.copy()
-    spec = ARCHITECTURES[cfg.arch]
+    spec = recipe(cfg)
     if cfg.model.hidden is None and spec.has_hidden:
         cfg.model.hidden = list(spec.default_hidden)
     if cfg.data.name is None:

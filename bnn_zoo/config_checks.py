@@ -18,7 +18,7 @@ from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
 from .priors import PRIORS
-from .zoo import ARCHITECTURES
+from .zoo import ARCHITECTURES, Recipe, architecture
 
 MAX_SAMPLES = 10000  # posterior samples per input, for any figure
 MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
@@ -58,15 +58,15 @@ FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "tra
 
 def check(cfg: DictConfig) -> None:
     """What types cannot say: names from a list, ranges, and keys that must agree."""
-    if cfg.arch not in ARCHITECTURES:
-        raise ConfigError(f"bad config key 'arch': unknown architecture {show(cfg.arch)}; "
-                          f"choose one of {', '.join(ARCHITECTURES)}")
-    spec = ARCHITECTURES[cfg.arch]
+    spec = recipe(cfg)
     if cfg.data.name is not None and cfg.data.name not in spec.datasets:
         raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
                           f"{cfg.arch}; choose one of {', '.join(spec.datasets)}")
     if cfg.model.hidden is not None and not spec.has_hidden:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
+    if cfg.train.twin_dropout and cfg.arch not in ARCHITECTURES:
+        raise ConfigError(f"bad config key 'train.twin_dropout': {cfg.arch} keeps its own layers; MC dropout is "
+                          "for the registered recipes (put dropout in your network instead)")
     choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
                "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
                "train.capture": ("auto", *CAPTURE_MODES), "abstention.set_score": SET_SCORES,
@@ -115,6 +115,19 @@ def check(cfg: DictConfig) -> None:
         check_settings(a.risk, a.delta, a.max_refusal, a.quantile, a.signal)
     except ValueError as err:
         raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
+
+
+def recipe(cfg: DictConfig) -> Recipe:
+    """The recipe ``cfg.arch`` names (with ``model.kwargs`` and ``model.likelihood`` for a network by
+    name, imported here), or a ConfigError that says why there is none."""
+    kwargs = OmegaConf.to_container(cfg.model.kwargs)
+    if cfg.model.likelihood not in (None, "categorical", "gaussian"):
+        raise ConfigError(f"bad config key 'model.likelihood': choose categorical or gaussian (or null), not "
+                          f"{show(cfg.model.likelihood)}")
+    try:
+        return architecture(cfg.arch, kwargs, cfg.model.likelihood)
+    except ValueError as err:
+        raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
 
 
 def check_device_name(name: str) -> None:

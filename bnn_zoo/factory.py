@@ -12,7 +12,8 @@ from omegaconf import DictConfig
 
 from .priors import make_prior
 from .twin import Twin
-from .zoo import architecture, build, make_twin
+from .config_checks import recipe
+from .zoo import build, make_twin
 
 
 def build_from_config(cfg: DictConfig, num_data: Optional[int] = None,
@@ -26,11 +27,12 @@ def build_from_config(cfg: DictConfig, num_data: Optional[int] = None,
     with pyro.settings.context(module_local_params=True):
         prior = make_prior(m.prior, m.prior_scale, m.mixture_pi, m.mixture_scale1, m.mixture_scale2,
                            m.learn_prior)
-        model, guide = build(cfg.arch, num_data=num_data, hidden=_hidden(cfg), prior=prior,
+        spec = recipe(cfg)
+        model, guide = build(spec, num_data=num_data, hidden=_hidden(cfg), prior=prior,
                              init_scale=m.init_scale, noise=m.noise, noise_scale=m.noise_scale,
                              guide=m.guide, rank=m.guide_rank)
         model.to(device)
-        guide(torch.zeros(1, *architecture(cfg.arch).input_shape, device=device))  # creates its parameters
+        guide(torch.zeros(1, *spec.input_shape, device=device))  # creates its parameters
     return model, guide
 
 
@@ -39,5 +41,5 @@ def _hidden(cfg: DictConfig) -> Optional[list[int]]:
 
 
 def twin_from_config(cfg: DictConfig, device: str | torch.device = "cpu") -> Twin:
-    return make_twin(cfg.arch, _hidden(cfg), cfg.model.noise, cfg.model.noise_scale,
+    return make_twin(recipe(cfg), _hidden(cfg), cfg.model.noise, cfg.model.noise_scale,
                      cfg.train.twin_dropout).to(device)

@@ -103,8 +103,8 @@ def reached(record: dict, target: Optional[float]) -> bool:
 def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callable[[str], None],
                 stored: Optional[dict] = None, world: World = World()) -> dict:
     """Train ``phase`` (a ``bnn_zoo.phases.Phase``) on ``splits.train`` for its planned epochs,
-    continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch and
-    test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
+    continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch (and
+    training examples per second at that pace) and test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
     checkpoints and tests (the others return no test figures)."""
     t = cfg.train
     loss = world.wrap(phase.modules(), phase.loss, splits.train.x.device)
@@ -141,12 +141,13 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
     with phase.stepping(), last:
         fit(phase.label, loss, optimizer, scheduler, splits.train, t, phase.epochs, history,
             phase.per_example, after_epoch, world)
+    seconds = statistics.median(h["seconds"] for h in history)
+    speed = {"seconds_per_epoch": seconds, "examples_per_second": len(splits.train) / seconds}
     if not world.main:
-        return {"history": history}
+        return {"history": history, **speed}
     test = phase.metrics(splits.test, t.test_samples)
     log(f"{phase.label} test{f' ({t.test_samples} posterior samples)' if phase.sampled else ''}: {figures(test)}")
-    return {"history": history, "seconds_per_epoch": statistics.median(h["seconds"] for h in history),
-            **prefixed("test", test)}
+    return {"history": history, **speed, **prefixed("test", test)}
 
 
 class LastCheckpoint:

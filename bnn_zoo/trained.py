@@ -166,7 +166,9 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
     try:
         cfg = make_config(stored_config(state))
     except ConfigError as err:
-        raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err}); train the run again") from None
+        by_name = ":" in str(stored_config(state).get("arch"))  # a network by name: its module must import here
+        raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
+                              ("" if by_name else "; train the run again")) from None
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_from_config(cfg, state.get("num_data"), device)
     _load_state(model, state["model"], path)

@@ -1,15 +1,21 @@
-"""The zoo: registered recipes (a plain network, a likelihood, data sets) on top of ``bayesian``.
+"""The zoo: registered recipes (a plain network, a likelihood, data sets) on top of ``bayesian``,
+and any network by name: ``package.module:factory``, a callable returning an ``nn.Module`` (built
+with the config's ``model.kwargs``).
 
 Usage::
 
     model, guide = bnn_zoo.build("lenet", num_data=55000)
     model, guide = bnn_zoo.build("mnist_mlp", num_data=55000, hidden=[100], guide="lowrank")
+    model, guide = bnn_zoo.build(architecture("mynets:small_cnn", {"width": 32}), num_data=55000)
     twin = bnn_zoo.make_twin("lenet")
 """
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import dataclass
-from typing import Callable, Optional
+from operator import attrgetter
+from typing import Callable, Optional, Union
 
 from torch import nn
 
@@ -34,45 +40,102 @@ class Recipe:
         return bool(self.default_hidden)
 
 
+CLASSIFIER_DATA, TOY_DATA = ("mnist", "fashion_mnist"), ("polynomial", "sinusoid")
 ARCHITECTURES: dict[str, Recipe] = {
     "toy_mlp": Recipe(lambda hidden, outputs, dropout: MLP(1, hidden, outputs, dropout), "gaussian",
-                      ("polynomial", "sinusoid"), (1,), (50, 50)),
+                      TOY_DATA, (1,), (50, 50)),
     "mnist_mlp": Recipe(lambda hidden, outputs, dropout: MLP(784, hidden, outputs, dropout), "categorical",
-                        ("mnist", "fashion_mnist"), (1, 28, 28), (400, 400)),
+                        CLASSIFIER_DATA, (1, 28, 28), (400, 400)),
     "lenet": Recipe(lambda hidden, outputs, dropout: LeNet5(outputs, dropout), "categorical",
-                    ("mnist", "fashion_mnist"), (1, 28, 28)),
+                    CLASSIFIER_DATA, (1, 28, 28)),
 }
 
 
-def architecture(name: str) -> Recipe:
+def architecture(name: Union[str, Recipe], kwargs: Optional[dict] = None, likelihood: Optional[str] = None) -> Recipe:
+    """The recipe of a registered architecture, or of a network by name (``package.module:factory``,
+    built as ``factory(**kwargs)``, with ``likelihood``: categorical, the default, or gaussian)."""
+    if isinstance(name, Recipe):
+        return name
+    if ":" in name:
+        return _imported(name, dict(kwargs or {}), likelihood or "categorical")
+    if kwargs or likelihood:
+        raise ValueError(f"model.kwargs and model.likelihood are for a network by name (package.module:factory); "
+                         f"{name} takes neither")
     try:
         return ARCHITECTURES[name]
     except KeyError:
-        raise ValueError(f"unknown architecture {name!r}; choose one of "
-                         f"{', '.join(ARCHITECTURES)}") from None
+        raise ValueError(f"unknown architecture {name!r}; choose one of {', '.join(ARCHITECTURES)}, or name a "
+                         "network factory as package.module:factory") from None
 
 
-def _widths(arch: str, hidden: Optional[list[int]]) -> list[int]:
-    spec = architecture(arch)
+def import_factory(name: str) -> Callable[..., nn.Module]:
+    """The callable ``package.module:factory`` names. Its module is imported (and so runs, as any
+    import does); Python's own modules are refused (os:system is no network)."""
+    module_name, _, attr = name.partition(":")
+    parts = module_name.split(".") + attr.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise ValueError(f"{name!r} is not package.module:factory (e.g. torchvision.models:resnet18, or "
+                         "mynets:small_cnn for a mynets.py beside you)")
+    if parts[0] in sys.stdlib_module_names:
+        raise ValueError(f"{name}: {parts[0]} is Python's own library, not a network; name a factory of your own")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"cannot import {module_name} ({err}); install it, or run from the folder that holds "
+                         "it (or add that folder to PYTHONPATH)") from None
+    try:
+        factory = attrgetter(attr)(module)
+    except AttributeError:
+        raise ValueError(f"{module_name} has no {attr}") from None
+    if not callable(factory):
+        raise ValueError(f"{name} is a {type(factory).__name__}, not a callable that returns a network")
+    return factory
+
+
+def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
+    factory = import_factory(name)
+
+    def make(hidden: list[int], outputs: int, dropout: float) -> nn.Module:
+        if dropout:
+            raise ValueError(f"{name} keeps its own layers: MC dropout (train.twin_dropout) is for the registered "
+                             "recipes; put dropout in your network instead")
+        try:
+            net = factory(**kwargs)
+        except TypeError as err:
+            raise ValueError(f"{name}(**{kwargs}) failed ({err}): give the factory's keyword arguments as "
+                             "model.kwargs") from None
+        if not isinstance(net, nn.Module):
+            raise ValueError(f"{name}(**{kwargs}) returned a {type(net).__name__}, not an nn.Module")
+        return net
+
+    if likelihood == "categorical":
+        return Recipe(make, likelihood, CLASSIFIER_DATA, (1, 28, 28))
+    return Recipe(make, likelihood, TOY_DATA, (1,))
+
+
+def _widths(spec: Recipe, hidden: Optional[list[int]]) -> list[int]:
     if hidden is None:
         return list(spec.default_hidden)
     if not spec.has_hidden:
-        raise ValueError(f"{arch} has a fixed shape: drop hidden={hidden}")
+        raise ValueError(f"this network has a fixed shape: drop hidden={hidden}")
     if not hidden or not all(isinstance(h, int) and h >= 1 for h in hidden):
         raise ValueError(f"hidden must list one or more positive layer widths, got {hidden}")
     return list(hidden)
 
 
-def make_net(arch: str, hidden: Optional[list[int]] = None, noise: str = "fixed", dropout: float = 0.0) -> nn.Module:
-    """The plain network of an architecture (logits, or a regression's mean [and noise output]),
-    with dropout at rate ``dropout`` after its hidden layers when it is above 0."""
+def make_net(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise: str = "fixed",
+             dropout: float = 0.0) -> nn.Module:
+    """The plain network of an architecture (a name, or a ``Recipe`` from ``architecture``): logits,
+    or a regression's mean [and noise output], with dropout at rate ``dropout`` after its hidden
+    layers when it is above 0."""
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout is a rate in [0, 1), got {dropout}")
-    outputs = make_likelihood(architecture(arch).likelihood, noise=noise, num_classes=NUM_CLASSES).outputs
-    return architecture(arch).make_net(_widths(arch, hidden), outputs, dropout)
+    spec = architecture(arch)
+    outputs = make_likelihood(spec.likelihood, noise=noise, num_classes=NUM_CLASSES).outputs
+    return spec.make_net(_widths(spec, hidden), outputs, dropout)
 
 
-def make_twin(arch: str, hidden: Optional[list[int]] = None, noise: str = "fixed",
+def make_twin(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise: str = "fixed",
               noise_scale: float = 1.0, dropout: float = 0.0) -> Twin:
     """The deterministic twin: the plain network with its own likelihood (and noise scale); with
     ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.ladder.DropoutPosterior`` samples it."""
@@ -80,7 +143,7 @@ def make_twin(arch: str, hidden: Optional[list[int]] = None, noise: str = "fixed
     return Twin(make_net(arch, hidden, noise, dropout), likelihood)
 
 
-def build(arch: str, num_data: Optional[int] = None, hidden: Optional[list[int]] = None,
+def build(arch: Union[str, Recipe], num_data: Optional[int] = None, hidden: Optional[list[int]] = None,
           prior: Optional[nn.Module] = None, init_scale: float = 0.01, noise: str = "fixed",
           noise_scale: float = 1.0, guide: str = "meanfield", rank: int = 10) -> tuple[BayesianNet, nn.Module]:
     """A fresh, untrained (model, guide) pair of a registered architecture.

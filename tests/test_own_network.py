@@ -1,0 +1,100 @@
+"""Any network by name (arch: package.module:factory, bnn_zoo.zoo): trained, stored, loaded and
+refused the way the registered recipes are."""
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import SHARED_DATA, tiny_config
+
+from bnn_zoo import load
+from bnn_zoo.checkpoint import CHECKPOINT, read
+from bnn_zoo.resume import config_for_run
+from bnn_zoo.errors import CheckpointError, ConfigError
+from bnn_zoo.zoo import architecture, make_net
+
+NETS = '''
+from torch import nn
+
+def small_cnn(width=4):
+    return nn.Sequential(nn.Conv2d(1, width, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(width * 12 * 12, 10))
+
+def regressor(hidden=8):
+    return nn.Sequential(nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+def not_a_network():
+    return "a string"
+
+LAYERS = 3
+'''
+
+
+@pytest.fixture
+def own_nets(tmp_path, monkeypatch):
+    """A module of the user's own networks, importable as ``own_nets`` (a file beside them)."""
+    (tmp_path / "own_nets.py").write_text(textwrap.dedent(NETS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "own_nets"
+    sys.modules.pop("own_nets", None)
+
+
+def test_a_network_by_name_is_built_with_its_keyword_arguments(own_nets):
+    net = make_net(architecture(f"{own_nets}:small_cnn", {"width": 3}))
+    assert net[0].out_channels == 3 and net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    regression = architecture(f"{own_nets}:regressor", {"hidden": 5}, "gaussian")
+    assert regression.likelihood == "gaussian" and regression.datasets == ("polynomial", "sinusoid")
+    assert make_net(regression)[0].out_features == 5
+
+
+def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_path):
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA}")
+    from bnn_zoo.train import train
+
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(f"{own_nets}:small_cnn", **{"model.kwargs": "{width: 3}", "run_dir": str(run_dir),
+                                                   "data.root": str(SHARED_DATA), "train.epochs": 1})
+    metrics = train(cfg)
+    stored = read(run_dir / CHECKPOINT)["config"]
+    assert stored["arch"] == "own_nets:small_cnn" and stored["model"]["kwargs"] == {"width": 3}
+    trained = load(run_dir)
+    assert trained.twin.net[0].out_channels == 3 and "net.0.weight" in trained.guide.median()
+    from bnn_zoo.data import load_torchvision, normalize
+
+    images, labels = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
+    with torch.no_grad():  # the loaded twin is the trained one: its test figure again
+        right = (trained.twin(normalize(images[:128])).argmax(1) == labels[:128]).float().mean().item()
+    assert metrics["twin"]["test/accuracy"] == pytest.approx(right)
+    sys.modules.pop(own_nets)
+    sys.path.remove(str(tmp_path))  # elsewhere, without the module: the message says what to do
+    with pytest.raises(CheckpointError, match="cannot import own_nets .* run from the folder that holds it") as err:
+        load(run_dir)
+    assert "train the run again" not in str(err.value)
+
+
+@pytest.mark.parametrize("arch, overrides, message", [
+    ("os:system", {"model.kwargs": "{command: ls}"}, "os is Python's own library, not a network"),
+    ("builtins:exec", {}, "builtins is Python's own library"),
+    ("no_such_module_here:net", {}, "cannot import no_such_module_here .* install it"),
+    ("own_nets:missing", {}, "own_nets has no missing"),
+    ("own_nets:LAYERS", {}, "own_nets:LAYERS is a int, not a callable"),
+    ("own nets:small_cnn", {}, "is not package.module:factory"),
+    ("own_nets:small_cnn", {"model.hidden": "[8]"}, "has a fixed shape"),
+    ("own_nets:small_cnn", {"train.twin_dropout": 0.5}, "keeps its own layers"),
+    ("own_nets:small_cnn", {"model.likelihood": "poisson"}, "choose categorical or gaussian"),
+    ("own_nets:small_cnn", {"data.name": "sinusoid"}, "does not suit"),
+    ("lenet", {"model.kwargs": "{width: 3}"}, "are for a network by name"),
+])
+def test_a_bad_network_name_is_refused_in_one_line(own_nets, arch, overrides, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        config_for_run(None, [f"arch={arch}", *(f"{k}={v}" for k, v in overrides.items())])
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"depth": 2}, "failed .*unexpected keyword argument 'depth'"),
+                                             ({}, "returned a str, not an nn.Module")])
+def test_a_factory_that_fails_is_named_with_its_arguments(own_nets, kwargs, message):
+    name = f"{own_nets}:small_cnn" if kwargs else f"{own_nets}:not_a_network"
+    with pytest.raises(ValueError, match=message):
+        make_net(architecture(name, kwargs))
