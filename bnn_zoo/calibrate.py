@@ -15,6 +15,7 @@ Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-r
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from torch import nn
 from . import cli
 from .abstention import SIGNALS
 from .calibration import NotCertified, certify, check_settings
-from .conformal import SCORES as SET_SCORES, ConformalSets, calibrate_sets
+from .conformal import SCORES as SET_SCORES, calibrate_sets
 from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, PARTS, TWIN_SCALED
 from .trained import Trained, certified_weights, load
 from .config import pick_device
@@ -37,6 +38,10 @@ from .ladder import sampled_probs
 from .sampling import evaluating, seeded
 from .temperature import fit_temperature
 from .files import check_writable, write_atomic
+
+# The share of validation (its first inputs) the twin's temperature is fitted on; the scaled twin is
+# certified on the rest.
+TEMPERATURE_SHARE = 0.2
 
 
 def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,19 +82,21 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
     """Each posterior's certified rule and conformal sets at coverage 1 - ``alpha`` (``set_score``) on
     validation inputs ``x``, by its name; the temperature-scaled twin's entry holds its temperature.
     A posterior whose rule cannot be certified gets an ``error`` entry and keeps the quantile rule."""
-    certified = {}
+    certified, fit = {}, slice(0, certifying(TWIN_SCALED, len(labels)).start)
     try:
-        temperature = twin_temperature(trained, x, labels)
+        temperature = twin_temperature(trained, x[fit], labels[fit])
     except ValueError as err:
         temperature, certified[TWIN_SCALED] = None, {"error": f"no temperature: {err}"}
     trained = replace(trained, temperature=temperature)  # not the one it may have been loaded with
     with seeded(seed, trained.device):
         sampled = sampled_probs(trained, x, samples)
-    all_sets = certify_sets(sampled, labels, alpha, set_score, seed)
+    generator = torch.Generator().manual_seed(seed)  # aps and raps draw a uniform per input
     for part, probs in sampled.items():
-        sets = {"sets": all_sets[part].to_dict()}
+        held = certifying(part, len(labels))
+        probs, y = probs[:, held], labels[held]
+        sets = {"sets": calibrate_sets(probs, y, alpha, set_score, generator=generator).to_dict()}
         try:
-            calibration = certify(probs, labels, risk, delta, max_refusal, quantile,
+            calibration = certify(probs, y, risk, delta, max_refusal, quantile,
                                   signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
             certified[part] = {**calibration.to_dict(), "samples": len(probs), **sets}
         except NotCertified as err:
@@ -110,12 +117,11 @@ def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) ->
     return fit_temperature(logits, labels)
 
 
-def certify_sets(sampled: dict[str, torch.Tensor], labels: torch.Tensor, alpha: float, set_score: str,
-                 seed: int = 0) -> dict[str, ConformalSets]:
-    """Each posterior's conformal sets from its validation predictions ``sampled`` ({part: [S, N, C]})."""
-    generator = torch.Generator().manual_seed(seed)  # aps and raps draw a uniform per input
-    return {part: calibrate_sets(probs, labels, alpha, set_score, generator=generator)
-            for part, probs in sampled.items()}
+def certifying(part: str, n: int) -> slice:
+    """Which of ``n`` validation inputs certify ``part``: all of them, but for the temperature-scaled
+    twin the ones its temperature was not fitted on (the first ``TEMPERATURE_SHARE`` fit it), so
+    its guarantee holds as the others' do."""
+    return slice(math.ceil(TEMPERATURE_SHARE * n), n) if part == TWIN_SCALED else slice(0, n)
 
 
 SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score")

@@ -18,8 +18,6 @@ from .config_checks import HIDDEN, check, check_device_name, recipe, short_quote
 from .errors import ConfigError
 
 
-
-
 @dataclass
 class ModelConfig:
     # Hidden widths of the MLPs; null takes the architecture's default (toy_mlp: [50, 50],
@@ -49,8 +47,7 @@ class ModelConfig:
     # noise_scale) or heteroscedastic (the network predicts the scale at each input).
     noise: str = "fixed"
     noise_scale: float = 1.0
-    # A network by name (arch: package.module:factory): the factory's keyword arguments, and the
-    # likelihood of its outputs: categorical (null; 10 classes) or gaussian (a regression's mean).
+    # arch: package.module:factory: its keyword arguments; its outputs' likelihood (null: categorical)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     likelihood: Optional[str] = None
 
@@ -150,7 +147,7 @@ class Config:
     # svi: variational inference (the guide of model.guide). nuts: also draw an HMC posterior (NUTS,
     # settings under mcmc) and compare its predictive with the mean-field one's.
     infer: str = "svi"
-    run_dir: Optional[str] = None  # null: runs/<arch>
+    run_dir: Optional[str] = None  # null: runs/<arch> (runs/<factory> for package.module:factory)
     seed: int = 0
     device: str = "auto"  # auto (CUDA when available), cpu, cuda, cuda:1, ...
     resume: Optional[str] = None  # a run directory to continue
@@ -279,8 +276,8 @@ def resolved(cfg: DictConfig) -> DictConfig:
         cfg.model.hidden = list(spec.default_hidden)
     if cfg.data.name is None:
         cfg.data.name = spec.datasets[0]
-    if cfg.run_dir is None:
-        cfg.run_dir = f"runs/{cfg.arch}"
+    if cfg.run_dir is None:  # a network by name: runs/<its factory's name>
+        cfg.run_dir = f"runs/{cfg.arch.rpartition(':')[2]}"
     return cfg
 
 

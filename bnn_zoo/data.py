@@ -227,11 +227,12 @@ def validation_split(n: int, val_size: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def run_split(cfg, part: str, root: str | None = None, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A torchvision run's ``train`` or ``val`` split (the first ``limit`` of it) as normalized
-    images and labels, never the test set; ``root`` defaults to the config's."""
+    """A torchvision run's ``train`` split (as it trained: at most ``data.train_limit``) or ``val``
+    split, the first ``limit`` of it, as normalized images and labels, never the test set; ``root``
+    defaults to the config's."""
     images, labels = load_torchvision(cfg.data.name, root or cfg.data.root, train=True, download=cfg.data.download)
     train_idx, val_idx = validation_split(len(images), cfg.data.val_size)
-    idx = {"train": train_idx, "val": val_idx}[part][:limit]
+    idx = {"train": train_idx[:cfg.data.train_limit], "val": val_idx}[part][:limit]
     return normalize(images[idx]), labels[idx]
 
 

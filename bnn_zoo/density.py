@@ -35,11 +35,15 @@ def features(net: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], x:
     ``x`` in batches (``forward`` may run ``net`` itself or through ``torch.func.functional_call``)."""
     captured: list[torch.Tensor] = []
     handle = last_linear(net).register_forward_pre_hook(lambda _m, args: captured.append(args[0].flatten(1)))
+    batches = x.split(batch_size)
     try:
-        for xb in x.split(batch_size):
+        for xb in batches:
             forward(xb)
     finally:
         handle.remove()
+    if len(captured) != len(batches):
+        raise ValueError(f"the network's last nn.Linear ran {len(captured)} times for {len(batches)} batches: its "
+                         "input is no single penultimate feature")
     return torch.cat(captured)
 
 

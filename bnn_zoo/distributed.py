@@ -20,7 +20,7 @@ import os
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .errors import ConfigError
 
-TIMEOUT = timedelta(minutes=10)  # a rank that waits longer on the others (one died, one hangs) stops
+# A rank that waits longer on the others stops (one died, one hangs): rank 0 alone validates, tests
+# and writes while the others wait, so this is gloo's own default, not less.
+T = TypeVar("T")
+TIMEOUT = timedelta(minutes=30)
 
 
 def _stream(*numbers: int) -> int:
@@ -93,6 +96,18 @@ class World:
         finally:
             dist.destroy_process_group()
 
+    def first(self, load: Callable[[], T]) -> T:
+        """``load()`` on rank 0 first (a download, say), then on the others: no two write one file."""
+        if self.size == 1:
+            return load()
+        if not self.main:
+            dist.barrier()
+        try:
+            return load()
+        finally:
+            if self.main:
+                dist.barrier()
+
     def said(self, log: Callable[[str], None]) -> Callable[[str], None]:
         """``log`` on rank 0; on the others a log that says nothing."""
         return log if self.main else _silent
@@ -155,7 +170,11 @@ class _Loss(nn.Module):
 
 @contextmanager
 def _own_stream(seed: int) -> Iterator[None]:
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    """Draws from ``seed`` inside the block (the CPU's generator and this rank's GPU's), the streams
+    as they were after it."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
+        torch.default_generator.manual_seed(seed)
+        if cuda:
+            torch.cuda.manual_seed(seed)  # the current device only
         yield

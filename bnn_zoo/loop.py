@@ -61,7 +61,7 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
                        disable=not shown or steps > 1, initial=len(history), total=epochs)
     for epoch in over_epochs:
         start = time.perf_counter()
-        total = torch.zeros((), device=train_set.x.device)
+        total, taken = torch.zeros((), device=train_set.x.device), 0
         batches = train_set.batches(t.batch_size, generator=world.order(epoch, train_set.x.device))
         bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
                    desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1)
@@ -75,14 +75,15 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
             loss.backward()
             optimizer.step()
             total += loss.detach()
+            taken += 1
             if i % 25 == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{total.item() / (i + 1) * per_example:.4f}", refresh=False)
-        mean_loss = world.mean(total).item() / steps * per_example
+        mean_loss = world.mean(total).item() / taken * per_example
         seconds = time.perf_counter() - start
         if not math.isfinite(mean_loss):
             raise TrainingError(f"{label}: the loss became {mean_loss} in epoch {epoch + 1}")
         scheduler.step()
-        record = {"epoch": epoch + 1, "steps": steps, "seconds": seconds, "loss": mean_loss,
+        record = {"epoch": epoch + 1, "steps": taken, "seconds": seconds, "loss": mean_loss,
                   "lr": optimizer.param_groups[0]["lr"]}
         if not over_epochs.disable:
             over_epochs.set_postfix(loss=f"{mean_loss:.4f}", refresh=False)
@@ -120,7 +121,7 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
     last = LastCheckpoint(phase.path, cfg, phase.lr, stored["epoch"] if stored else None)
 
     def after_epoch(record: dict, due: bool) -> bool:
-        phase.end_epoch(record)
+        phase.end_epoch(record, world.mean)
         history.append(record)
         if not due:
             return False

@@ -47,8 +47,9 @@ class Phase(Protocol):
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """A minibatch's loss, a scalar to minimize."""
 
-    def end_epoch(self, record: dict) -> None:
-        """Add the phase's own figures of the epoch just done to ``record``."""
+    def end_epoch(self, record: dict, mean: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Add the phase's own figures of the epoch just done to ``record`` (``mean``: a sum's mean
+        over the ranks, ``bnn_zoo.distributed.World.mean``)."""
 
     def metrics(self, data: TensorSet, samples: int) -> dict:
         """Its figures on ``data`` (validation, test), from ``samples`` posterior draws where it draws."""
@@ -110,8 +111,8 @@ class BayesPhase:
         self._data_fit = self._data_fit + data_fit
         return loss
 
-    def end_epoch(self, record: dict) -> None:
-        data_fit = self._data_fit.item() / record["steps"] / self.num_data
+    def end_epoch(self, record: dict, mean) -> None:
+        data_fit = mean(self._data_fit).item() / record["steps"] / self.num_data
         self._data_fit = torch.zeros_like(self._data_fit)
         record.update(data_fit=data_fit, kl=record["loss"] - data_fit, **self.model.hyperparameters)
 
@@ -150,7 +151,7 @@ class TwinPhase:
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.twin.loss(x, y)
 
-    def end_epoch(self, record: dict) -> None:
+    def end_epoch(self, record: dict, mean) -> None:
         pass  # the loop's loss is the whole story
 
     @torch.no_grad()

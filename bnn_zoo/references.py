@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .conformal import ConformalSets, calibrate_sets
+from .calibrate import certifying
 from .data import run_split
 from .density import FeatureDensity
 from .errors import DataError
@@ -40,15 +41,20 @@ def fit_references(trained: Trained, rungs: dict[str, Posterior], num_samples: i
         x, y = run_split(cfg, "train", root, density_inputs)
         x = x.to(trained.device)
         for part, posterior in rungs.items():
-            feats = posterior.features(x)
-            if feats is not None:
-                refs.density[part] = FeatureDensity.fit(feats, y)
+            try:
+                feats = posterior.features(x)
+                if feats is not None:
+                    refs.density[part] = FeatureDensity.fit(feats, y)
+            except ValueError as err:  # a network by name without a usable last nn.Linear, say
+                print(f"no feature density for {part}: {err}", file=sys.stderr)
         if cfg.data.val_size:
             x, y = run_split(cfg, "val", root)
+            x, y = x.to(trained.device), y.to(trained.device)
             generator = torch.Generator().manual_seed(seed)
             for part, posterior in rungs.items():
-                probs = posterior.predict(x.to(trained.device), num_samples)
-                refs.sets[part] = {t: calibrate_sets(probs, y, round(1 - t, 6), cfg.abstention.set_score,
+                held = certifying(part, len(y))  # the scaled twin: not the inputs its temperature saw
+                probs = posterior.predict(x[held], num_samples)
+                refs.sets[part] = {t: calibrate_sets(probs, y[held], round(1 - t, 6), cfg.abstention.set_score,
                                                      generator=generator) for t in TARGETS}
     except DataError as err:
         print(f"no feature densities or sets by coverage: {err}", file=sys.stderr)

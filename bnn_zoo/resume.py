@@ -33,7 +33,7 @@ def read_for_resume(cfg: DictConfig, path: Path, device) -> dict:
     anything but RESUMABLE keys, and fewer epochs than are done, are refused."""
     state = read(path, device)
     # the stored config on today's defaults: a key added since the run was written has its default
-    differences = _differences(config_dict(make_config(stored_config(state))), config_dict(cfg))
+    differences = _differences(config_dict(make_config(stored_config(state, path))), config_dict(cfg))
     changed = sorted(key for key in differences if not any(key == k or key.startswith(k + ".") for k in RESUMABLE))
     if changed:
         raise ConfigError(f"resume={cfg.resume} cannot change what defines the run: " +
@@ -82,4 +82,5 @@ def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
         raise ConfigError(f"bad config key 'resume': nothing to resume in {run_dir}: it holds no {CHECKPOINT} "
                           "(the run stopped before its first checkpoint, or the path is wrong); start the run "
                           "again, with overwrite=true to replace what is there")
-    return make_config(stored_config(read(run_dir / CHECKPOINT)), [*overrides, f"run_dir={run_dir}"])
+    return make_config(stored_config(read(run_dir / CHECKPOINT), run_dir / CHECKPOINT),
+                       [*overrides, f"run_dir={run_dir}"])

@@ -44,6 +44,7 @@ from .resume import config_for_run, read_for_resume
 from .runs import Run
 from .sampling import predict
 from .toy import plot_toy
+from .trust import trust
 
 
 def log(message: str) -> None:
@@ -60,6 +61,8 @@ def train(cfg: DictConfig) -> dict:
     checks the overrides against the stored run before it writes anything; every ensemble member's
     config is checked before the first trains."""
     cfg = resolved(cfg)
+    if ":" in cfg.arch:  # a network by name, given by the user: its runs may build it again
+        trust(cfg.arch)
     world = World.from_env(cfg.seed)
     world.check(cfg.train.members, cfg.infer, cfg.train.batch_size)
     device = world.device(pick_device(cfg.device))
@@ -67,7 +70,7 @@ def train(cfg: DictConfig) -> dict:
     with world.joined(device), run.claim(cfg.overwrite, resuming=bool(cfg.resume)) if world.main else nullcontext():
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
-        splits = load_splits(cfg, device)  # before the old run goes (overwrite=true): its data may be missing
+        splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
         if not world.main:  # rank 0 writes the run directory, and alone goes on after training
             return train_network(cfg, run, splits, device, stored, world)
         _begin(run, cfg, stored)

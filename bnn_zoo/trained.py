@@ -6,6 +6,7 @@ Usage: ``trained = load("runs/lenet"); trained.model, trained.guide, trained.twi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -163,10 +164,11 @@ def member_dirs(run_dir: Path, members: int) -> list[Path]:
 def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibration: dict) -> Trained:
     """A Trained from a checkpoint's state (half-precision tensors of a shipped one made float)."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    config = stored_config(state, path)
     try:
-        cfg = make_config(stored_config(state))
+        cfg = make_config(config)
     except ConfigError as err:
-        by_name = ":" in str(stored_config(state).get("arch"))  # a network by name: its module must import here
+        by_name = ":" in str(config.get("arch"))  # a network by name: its module must import here
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
@@ -210,7 +212,7 @@ def read_calibration(path: Path) -> dict:
                 Rule.from_dict(calibration[part]["rule"])
         _sets(calibration)
         temperature = calibration.get(TWIN_SCALED, {}).get("temperature", 1.0)
-        if not (isinstance(temperature, (int, float)) and temperature > 0):
+        if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
             raise ValueError(f"temperature {temperature!r} is not a positive number")
         return calibration
     except (ValueError, KeyError, TypeError, AttributeError) as err:

@@ -12,11 +12,13 @@ Usage::
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Callable, Optional, Union
 
+import torch
 from torch import nn
 
 from .bnn import BayesianNet, bayesian
@@ -83,6 +85,8 @@ def import_factory(name: str) -> Callable[..., nn.Module]:
     except ImportError as err:
         raise ValueError(f"cannot import {module_name} ({err}); install it, or run from the folder that holds "
                          "it (or add that folder to PYTHONPATH)") from None
+    except Exception as err:  # the module's own code failed: a SyntaxError, an error at its import
+        raise ValueError(f"importing {module_name} failed: {type(err).__name__}: {err}") from None
     try:
         factory = attrgetter(attr)(module)
     except AttributeError:
@@ -94,23 +98,33 @@ def import_factory(name: str) -> Callable[..., nn.Module]:
 
 def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
     factory = import_factory(name)
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"{name} does not take model.kwargs {kwargs} ({err})") from None
+    except ValueError:  # a callable without a signature to read: the call says
+        pass
+    input_shape = (1, 28, 28) if likelihood == "categorical" else (1,)
 
     def make(hidden: list[int], outputs: int, dropout: float) -> nn.Module:
         if dropout:
             raise ValueError(f"{name} keeps its own layers: MC dropout (train.twin_dropout) is for the registered "
                              "recipes; put dropout in your network instead")
-        try:
-            net = factory(**kwargs)
-        except TypeError as err:
-            raise ValueError(f"{name}(**{kwargs}) failed ({err}): give the factory's keyword arguments as "
-                             "model.kwargs") from None
+        net = factory(**kwargs)
         if not isinstance(net, nn.Module):
             raise ValueError(f"{name}(**{kwargs}) returned a {type(net).__name__}, not an nn.Module")
+        try:
+            with torch.no_grad():
+                width = net(torch.zeros(2, *input_shape)).shape[-1]
+        except RuntimeError as err:
+            raise ValueError(f"{name}(**{kwargs}) cannot take inputs of shape {list(input_shape)} "
+                             f"({str(err).splitlines()[0]})") from None
+        if width != outputs:
+            raise ValueError(f"{name}(**{kwargs}) gives {width} outputs; its {likelihood} likelihood needs {outputs}")
         return net
 
-    if likelihood == "categorical":
-        return Recipe(make, likelihood, CLASSIFIER_DATA, (1, 28, 28))
-    return Recipe(make, likelihood, TOY_DATA, (1,))
+    datasets = CLASSIFIER_DATA if likelihood == "categorical" else TOY_DATA
+    return Recipe(make, likelihood, datasets, input_shape)
 
 
 def _widths(spec: Recipe, hidden: Optional[list[int]]) -> list[int]:

@@ -34,6 +34,7 @@ def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
                                 a.samples, a.alpha, a.set_score, seed)
     path = SHIPPED / f"{name}.pt"
     state = read(path)
+    state["calibration"].pop(TWIN_SCALED, None)  # a scaled twin shipped before goes with its temperature
     for part, entry in certified.items():
         if part == TWIN_SCALED:
             state["calibration"][part] = entry

@@ -19,6 +19,12 @@ SMALL = {"toy_mlp": [16], "mnist_mlp": [32], "lenet": None}
 DEVICE = pick_device("auto")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def own_trust_list(tmp_path_factory):
+    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.trust)."""
+    os.environ["BNN_ZOO_HOME"] = str(tmp_path_factory.mktemp("bnn_zoo_home"))
+
+
 @pytest.fixture(autouse=True)
 def fresh_pyro():
     """Every test starts with an empty param store, the same seeds and Pyro's default settings."""

@@ -7,7 +7,7 @@ import torch
 from conftest import DEVICE
 
 from bnn_zoo import load, predict
-from bnn_zoo.calibrate import certify_trained, main, summary, validation_set
+from bnn_zoo.calibrate import certify_trained, certifying, main, summary, validation_set
 from bnn_zoo.calibration import certify
 from bnn_zoo.conformal import calibrate_sets
 from bnn_zoo.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, TWIN_SCALED, read, save_atomic
@@ -56,17 +56,20 @@ def test_sets_certified_for_other_weights_are_not_used(certified_run, tmp_path):
 
 
 def test_the_twin_s_temperature_is_fitted_on_validation_and_its_scaled_twin_certified(certified_run):
-    """calibration.json holds the temperature that minimizes the twin's validation NLL, and the
-    temperature-scaled twin's own certified rule (entropy gate) and sets, from its probabilities."""
+    """calibration.json holds the temperature that minimizes the twin's NLL on the first fifth of
+    validation (26 of 128 inputs), and the temperature-scaled twin's own certified rule (entropy
+    gate) and sets, from its probabilities on the other 102: inputs its temperature never saw."""
     found = json.loads((certified_run / CALIBRATION).read_text())[TWIN_SCALED]
     trained = load(certified_run, DEVICE)
     x, labels = validation_set(trained)
     with torch.no_grad(), evaluating(trained.twin):
-        temperature = fit_temperature(trained.twin.net(x), labels)
+        temperature = fit_temperature(trained.twin.net(x[:26]), labels[:26])
         probs = (trained.twin.net(x) / temperature).softmax(-1)[None]
+    assert certifying(TWIN_SCALED, 128) == slice(26, 128) and certifying("twin", 128) == slice(0, 128)
+    probs, labels = probs[:, 26:], labels[26:]
     assert found["temperature"] == pytest.approx(temperature) and trained.temperature == found["temperature"]
     rung = posteriors(trained)[TWIN_SCALED]
-    assert rung.temperature == trained.temperature and torch.allclose(rung.predict(x), probs, atol=1e-6)
+    assert rung.temperature == trained.temperature and torch.allclose(rung.predict(x[26:]), probs, atol=1e-6)
     expected = certify(probs, labels, risk=0.4, delta=0.2, max_refusal=0.1, signal="entropy")
     assert trained.rules[TWIN_SCALED] == expected.rule and found["samples"] == 1
     assert trained.sets[TWIN_SCALED] == calibrate_sets(probs, labels, alpha=0.01, score="thr")
@@ -77,8 +80,10 @@ def test_no_temperature_fits_a_twin_that_gets_every_validation_input_right(certi
     x, labels = validation_set(trained)
     with torch.no_grad():
         right = trained.twin(x).argmax(-1) == labels
-    found = certify_trained(trained, x[right], labels[right], risk=0.4, delta=0.2, max_refusal=0.1, samples=2)
-    assert found[TWIN_SCALED] == {"error": f"no temperature: the network classifies all {int(right.sum())} inputs "
+    x, labels = x[right], labels[right]
+    found = certify_trained(trained, x, labels, risk=0.4, delta=0.2, max_refusal=0.1, samples=2)
+    fitted = certifying(TWIN_SCALED, len(labels)).start
+    assert found[TWIN_SCALED] == {"error": f"no temperature: the network classifies all {fitted} inputs "
                                            "right: their NLL falls without end as T -> 0, so no temperature is "
                                            "best; calibrate on a larger held-out set"}
     assert summary(found).splitlines()[-1].startswith("twin_scaled: none (no temperature: the network")

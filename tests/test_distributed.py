@@ -168,6 +168,22 @@ def test_what_several_ranks_cannot_do_is_named():
                     os.environ.pop(key)
 
 
+def test_every_rank_draws_the_same_order_and_the_shares_make_up_the_batch():
+    ranks = [World(r, 3, r, seed=4) for r in range(3)]
+    orders = [torch.randperm(100, generator=w.order(2, CPU)) for w in ranks]
+    assert all(torch.equal(orders[0], o) for o in orders) and not torch.equal(
+        orders[0], torch.randperm(100, generator=ranks[0].order(3, CPU)))  # alike on every rank, new each epoch
+    x, y = _batch(9)
+    shares = [w.share(x, y) for w in ranks]
+    assert torch.equal(torch.cat([s[0] for s in shares]), x) and torch.equal(torch.cat([s[1] for s in shares]), y)
+    assert [len(w.share(*_batch(11))[0]) for w in ranks] == [3, 3, 3]  # the last two of 11 left out
+    draws = []
+    for w in ranks[:2]:
+        with w.draws(7):
+            draws.append(torch.rand(3))
+    assert not torch.equal(*draws)  # each rank its own weights
+
+
 def test_one_process_is_left_as_it_was():
     """World() changes nothing: the whole batch, torch's own order and draws, the loss itself."""
     world, x, y = World(), *_batch()

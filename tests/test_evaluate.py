@@ -1,5 +1,5 @@
 import json
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 import pyro
 import pytest
@@ -205,23 +205,24 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
     from bnn_zoo.density import FeatureDensity
     from bnn_zoo.evaluate import evaluate_run
     from bnn_zoo.ladder import posteriors
-    from bnn_zoo.results import Detection, SetFigures
+    from bnn_zoo.results import SetFigures
 
     result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2)
     trained = load(certified_run, DEVICE)
     twin = posteriors(trained)[TWIN]
-    density = FeatureDensity.fit(twin.features(run_split(trained.config, "train", limit=10000)[0].to(DEVICE)),
-                                 run_split(trained.config, "train", limit=10000)[1])
+    x_train, y_train = run_split(trained.config, "train", limit=10000)
+    assert len(y_train) == 1000  # the run's training split as it trained (data.train_limit), not all of MNIST
+    density = FeatureDensity.fit(twin.features(x_train.to(DEVICE)), y_train)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     x, ood = normalize(images[:300]).to(DEVICE), normalize(load_notmnist(str(shared_data))[:100]).to(DEVICE)
     expected = detection(density.score(twin.features(x)), density.score(twin.features(ood)))
-    assert result.posteriors[TWIN].ood["notmnist"].by_feature_density == pytest.approx(Detection(**expected))
+    assert asdict(result.posteriors[TWIN].ood["notmnist"].by_feature_density) == pytest.approx(expected)
     assert result.posteriors[BAYES].ood["notmnist"].by_feature_density is not None  # at the posterior mean
     x_val, y_val = validation_set(trained)
     for target in (0.9, 0.95, 0.99):
         sets = calibrate_sets(twin.predict(x_val), y_val, round(1 - target, 6), "thr")
         measured = SetFigures(target, *sets.coverage_and_size(twin.predict(x), labels[:300].to(DEVICE)))
-        assert result.posteriors[TWIN].test.set_figures(target) == pytest.approx(measured)
+        assert asdict(result.posteriors[TWIN].test.set_figures(target)) == pytest.approx(asdict(measured))
     assert result.posteriors[TWIN].test.set_figures(0.5) is None
 
 

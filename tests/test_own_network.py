@@ -26,6 +26,12 @@ def regressor(hidden=8):
 def not_a_network():
     return "a string"
 
+def thousand_classes():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1000))
+
+def colour_images():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(10))
+
 LAYERS = 3
 '''
 
@@ -92,9 +98,65 @@ def test_a_bad_network_name_is_refused_in_one_line(own_nets, arch, overrides, me
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("kwargs, message", [({"depth": 2}, "failed .*unexpected keyword argument 'depth'"),
-                                             ({}, "returned a str, not an nn.Module")])
-def test_a_factory_that_fails_is_named_with_its_arguments(own_nets, kwargs, message):
-    name = f"{own_nets}:small_cnn" if kwargs else f"{own_nets}:not_a_network"
+@pytest.mark.parametrize("factory, kwargs, message", [
+    ("small_cnn", {"depth": 2}, "does not take model.kwargs {'depth': 2} .*unexpected keyword argument 'depth'"),
+    ("not_a_network", {}, "returned a str, not an nn.Module"),
+    ("thousand_classes", {}, "gives 1000 outputs; its categorical likelihood needs 10"),
+    ("colour_images", {}, r"cannot take inputs of shape \[1, 28, 28\]"),
+])
+def test_a_factory_that_does_not_fit_is_named_with_its_arguments(own_nets, factory, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        make_net(architecture(name, kwargs))
+        make_net(architecture(f"{own_nets}:{factory}", kwargs))
+
+
+def test_a_module_that_fails_to_import_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_nets.py").write_text("def net(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="importing broken_nets failed: SyntaxError") as err:
+        config_for_run(None, ["arch=broken_nets:net"])
+    assert "\n" not in str(err.value)
+
+
+def test_a_run_of_a_network_by_name_goes_to_runs_slash_its_factory(own_nets):
+    from bnn_zoo.config import resolved
+
+    assert resolved(config_for_run(None, [f"arch={own_nets}:small_cnn"])).run_dir == "runs/small_cnn"
+
+
+def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_path, monkeypatch, capsys):
+    """A checkpoint is data: one naming a network by name is refused (load, resume) until the user
+    trusts that name, because building it imports and calls code; training with a name trusts it."""
+    import yaml
+
+    from bnn_zoo import trust
+    from bnn_zoo.checkpoint import save_atomic
+    from bnn_zoo.resume import config_for_run
+    from bnn_zoo.train import train
+
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA}")
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
+    run_dir = tmp_path / "run"
+    train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
+                                                   "train.epochs": 1, "train.twin": False}))
+    assert trust.trusted_names() == ["own_nets:small_cnn"]  # typed by the user: trusted
+    load(run_dir)
+    capsys.readouterr()
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "elsewhere"))  # another user, or another machine
+    expected = (f"{run_dir / CHECKPOINT} names the network own_nets:small_cnn (kwargs {{}}), which runs code when "
+                "it is built; if you trust it: python -m bnn_zoo.trust own_nets:small_cnn")
+    for attempt in (lambda: load(run_dir), lambda: config_for_run(None, [f"resume={run_dir}"])):
+        with pytest.raises(CheckpointError) as err:
+            attempt()
+        assert str(err.value) == expected
+    assert trust.main(["own_nets:small_cnn"]) == 0 and capsys.readouterr().out.strip() == "own_nets:small_cnn"
+    assert load(run_dir).model is not None
+    # a forged checkpoint naming a function of an installed library is refused before anything is imported
+    state = read(run_dir / CHECKPOINT)
+    state["config"]["arch"] = "yaml:unsafe_load"
+    state["config"]["model"]["kwargs"] = {"stream": "!!python/object/apply:os.system ['true']"}
+    save_atomic(state, run_dir / CHECKPOINT)
+    monkeypatch.setattr(yaml, "unsafe_load", lambda **k: pytest.fail("the forged network was built"))
+    with pytest.raises(CheckpointError, match="names the network yaml:unsafe_load .* if you trust it"):
+        load(run_dir)
+    assert trust.main(["not-a-network"]) == 2 and "is not a network by name" in capsys.readouterr().err
