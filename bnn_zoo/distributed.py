@@ -61,6 +61,10 @@ class World:
             raise ConfigError(f"RANK {rank} of WORLD_SIZE {size} is no rank: launch with torchrun")
         return cls(rank, size, local, seed)
 
+    def __str__(self) -> str:
+        """What a log line says of the ranks: nothing for one process."""
+        return f", rank {self.rank} of {self.size} (torchrun)" if self.size > 1 else ""
+
     @property
     def main(self) -> bool:
         """Whether this process writes the run directory, validates and logs."""

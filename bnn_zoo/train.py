@@ -57,12 +57,10 @@ def log(message: str) -> None:
 def train(cfg: DictConfig) -> dict:
     """Train the run ``cfg`` describes and write its directory; returns metrics.json's content.
 
-    A new run stops when its run_dir holds another run (unless ``overwrite=true``); ``resume=DIR``
-    checks the overrides against the stored run before it writes anything; every ensemble member's
-    config is checked before the first trains."""
+    A new run stops where another run lives (unless ``overwrite=true``); ``resume=DIR`` checks the
+    overrides against the stored run, and every ensemble member's config, before anything trains."""
     cfg = resolved(cfg)
-    if ":" in cfg.arch:  # a network by name, given by the user: its runs may build it again
-        trust(cfg.arch)
+    trust(cfg.arch)  # a network by name (the user gave it): its runs may build it again
     world = World.from_env(cfg.seed)
     world.check(cfg.train.members, cfg.infer, cfg.train.batch_size)
     device = world.device(pick_device(cfg.device))
@@ -77,8 +75,7 @@ def train(cfg: DictConfig) -> dict:
         # after the old run's files went (overwrite=true), before any member trains
         members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
         log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
-            f"guide {cfg.model.guide}, run directory {run.dir}" +
-            (f", rank 0 of {world.size} (torchrun)" if world.size > 1 else ""))
+            f"guide {cfg.model.guide}, run directory {run.dir}{world}")
         metrics = {"config": config_dict(cfg), **train_network(cfg, run, splits, device, stored, world)}
         if members:
             metrics["members"] = [train_member(member, i, splits, device) for i, member in enumerate(members, 1)]

@@ -30,9 +30,9 @@ def trusted_names() -> list[str]:
 
 
 def trust(name: str) -> None:
-    """Add ``name`` to the trusted networks (kept once)."""
+    """Add the network by name ``name`` to the trusted ones (kept once; a registered recipe needs none)."""
     names = trusted_names()
-    if name not in names:
+    if ":" in name and name not in names:
         make_folder(trust_file().parent)
         write_atomic(trust_file(), "\n".join([*names, name]) + "\n")
 

@@ -210,7 +210,8 @@ SHOWN = "'" + "x" * 59 + "..."  # the quoted value's first 60 characters
 
 @pytest.mark.parametrize("overrides, base, expected", [
     (None, {"arch": HUGE}, (f"bad config key 'arch': unknown architecture {SHOWN}; "
-                            "choose one of toy_mlp, mnist_mlp, lenet")),
+                            "choose one of toy_mlp, mnist_mlp, lenet, or name a network factory as "
+                            "package.module:factory")),
     ([f"data.name={HUGE}"], None, (f"bad config key 'data.name': {SHOWN} does not suit toy_mlp; "
                                    "choose one of polynomial, sinusoid")),
     ([f"model.prior={HUGE}"], None, f"bad config key 'model.prior': choose gaussian or scale_mixture, not {SHOWN}"),
@@ -233,7 +234,7 @@ def test_a_huge_value_in_a_config_file_is_shortened(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(str(tmp_path / "huge.yaml"))
     assert str(err.value) == f"bad config key 'arch': unknown architecture {SHOWN}; choose one of toy_mlp, " \
-                             "mnist_mlp, lenet"
+                             "mnist_mlp, lenet, or name a network factory as package.module:factory"
 
 
 def test_every_member_s_seed_must_be_below_2_to_the_32():
