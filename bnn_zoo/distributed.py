@@ -2,9 +2,9 @@
 torchrun: one process per GPU (NCCL), or per CPU core (gloo). DDP broadcasts rank 0's parameters at
 the start and averages the gradients after each backward pass; nothing here exchanges gradients.
 
-Each global minibatch (``train.batch_size``) is cut into equal shares, one per rank (its last
-minibatch of an epoch cut to a multiple of the ranks), in an order every rank draws alike from
-(seed, epoch). Every rank draws its own weights, from (seed, step, rank). A rank's log-likelihood
+``train.batch_size`` is each rank's, as DDP and Lightning count it: a global minibatch of ranks x
+train.batch_size examples, in an order every rank draws alike from (seed, epoch), is cut into equal
+shares, one per rank (an epoch's last minibatch cut to a multiple of the ranks). Every rank draws its own weights, from (seed, step, rank). A rank's log-likelihood
 is scaled by num_data over its share (the data plate), so the average of the ranks' gradients is
 the single-process gradient of the global minibatch under their draws. Only rank 0 writes the run
 directory, validates and tests.
@@ -74,16 +74,12 @@ class World:
         """A rank's own GPU (its LOCAL_RANK) where the run trains on GPUs; the CPU stays the CPU."""
         return torch.device("cuda", self.local_rank) if self.size > 1 and device.type == "cuda" else device
 
-    def check(self, members: int, infer: str, batch_size: int) -> None:
-        """What a run on several ranks cannot do: ensembles and NUTS (one-process jobs), and
-        minibatches with fewer examples than ranks."""
+    def check(self, members: int, infer: str) -> None:
+        """What a run on several ranks cannot do: ensembles and NUTS, one-process jobs."""
         if self.size > 1 and (members > 1 or infer != "svi"):
             raise ConfigError(f"torchrun trains one network on {self.size} ranks; train.members={members} and "
                               f"infer={infer} run in one process: launch them without torchrun, or set "
                               "train.members=1 infer=svi")
-        if batch_size < self.size:
-            raise ConfigError(f"train.batch_size={batch_size} gives some of the {self.size} ranks no examples: "
-                              f"set it to at least {self.size} (best a multiple of {self.size})")
 
     @contextmanager
     def joined(self, device: torch.device) -> Iterator[None]:
@@ -137,7 +133,8 @@ class World:
         """``loss`` (x, y) -> scalar over ``modules``' parameters, through DDP where there are ranks."""
         if self.size == 1:
             return loss
-        return DistributedDataParallel(_Loss(modules, loss), device_ids=[device] if device.type == "cuda" else None)
+        return DistributedDataParallel(_Loss(modules, loss), device_ids=[device] if device.type == "cuda" else None,
+                                       gradient_as_bucket_view=True)
 
     def agree(self, flag: bool) -> bool:
         """Rank 0's ``flag`` on every rank (whether to stop early: only rank 0 validates)."""

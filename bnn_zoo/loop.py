@@ -54,7 +54,8 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
 
     ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
     """
-    steps = math.ceil(len(train_set) / t.batch_size)
+    batch_size = t.batch_size * world.size  # the global minibatch: train.batch_size on each rank
+    steps = math.ceil(len(train_set) / batch_size)
     # One bar per epoch; for one-step epochs (the toy sets) one bar over the epochs instead.
     shown = t.progress and world.main
     over_epochs = tqdm(range(len(history), epochs), desc=label, dynamic_ncols=True,
@@ -62,7 +63,7 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
     for epoch in over_epochs:
         start = time.perf_counter()
         total, taken = torch.zeros((), device=train_set.x.device), 0
-        batches = train_set.batches(t.batch_size, generator=world.order(epoch, train_set.x.device))
+        batches = train_set.batches(batch_size, generator=world.order(epoch, train_set.x.device))
         bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
                    desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1)
         for i, (xb, yb) in enumerate(bar):

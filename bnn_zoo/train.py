@@ -62,7 +62,7 @@ def train(cfg: DictConfig) -> dict:
     cfg = resolved(cfg)
     trust(cfg.arch)  # a network by name (the user gave it): its runs may build it again
     world = World.from_env(cfg.seed)
-    world.check(cfg.train.members, cfg.infer, cfg.train.batch_size)
+    world.check(cfg.train.members, cfg.infer)
     device = world.device(pick_device(cfg.device))
     run = Run(cfg.run_dir)
     with world.joined(device), run.claim(cfg.overwrite, resuming=bool(cfg.resume)) if world.main else nullcontext():

@@ -152,12 +152,10 @@ def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
 
 def test_what_several_ranks_cannot_do_is_named():
     with pytest.raises(ConfigError, match="train.members=3 and infer=svi run in one process"):
-        World(0, 2).check(members=3, infer="svi", batch_size=128)
+        World(0, 2).check(members=3, infer="svi")
     with pytest.raises(ConfigError, match="infer=nuts run in one process"):
-        World(1, 2).check(members=1, infer="nuts", batch_size=128)
-    with pytest.raises(ConfigError, match="train.batch_size=2 gives some of the 4 ranks no examples"):
-        World(0, 4).check(members=1, infer="svi", batch_size=2)
-    World().check(members=3, infer="nuts", batch_size=1)  # one process: all of it
+        World(1, 2).check(members=1, infer="nuts")
+    World().check(members=3, infer="nuts")  # one process: all of it
     for env, message in (({"WORLD_SIZE": "two"}, "must be integers"), ({"WORLD_SIZE": "2", "RANK": "2"}, "is no rank")):
         with pytest.raises(ConfigError, match=message):
             os.environ.update(env)
