@@ -84,6 +84,9 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
     A posterior whose rule cannot be certified gets an ``error`` entry and keeps the quantile rule."""
     certified, fit = {}, slice(0, certifying(TWIN_SCALED, len(labels)).start)
     try:
+        if not 0 < fit.stop < len(labels):
+            raise ValueError(f"{len(labels)} validation inputs cannot be split into a part to fit it on and one "
+                             "to certify on")
         temperature = twin_temperature(trained, x[fit], labels[fit])
     except ValueError as err:
         temperature, certified[TWIN_SCALED] = None, {"error": f"no temperature: {err}"}
@@ -102,7 +105,7 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
         except NotCertified as err:
             certified[part] = {"error": str(err), **sets}
     if TWIN_SCALED in sampled:
-        certified[TWIN_SCALED]["temperature"] = trained.temperature
+        certified[TWIN_SCALED].update(temperature=trained.temperature, temperature_inputs=fit.stop)
     return {part: certified[part] for part in PARTS if part in certified}
 
 

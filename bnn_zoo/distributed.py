@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 
 # A rank that waits longer on the others stops (one died, one hangs): rank 0 alone validates, tests
 # and writes while the others wait, so this is gloo's own default, not less.
@@ -97,16 +97,24 @@ class World:
             dist.destroy_process_group()
 
     def first(self, load: Callable[[], T]) -> T:
-        """``load()`` on rank 0 first (a download, say), then on the others: no two write one file."""
+        """``load()`` on each machine's first rank (LOCAL_RANK 0: a download, say), then on its others:
+        no two ranks write one file. Where a first rank fails, every rank stops."""
         if self.size == 1:
             return load()
-        if not self.main:
-            dist.barrier()
-        try:
-            return load()
-        finally:
-            if self.main:
-                dist.barrier()
+        result, failure = None, None
+        if self.local_rank == 0:
+            try:
+                result = load()
+            except Exception as err:  # said to the others, then raised here
+                failure = err
+        failures = [None] * self.size
+        dist.all_gather_object(failures, None if failure is None else f"{type(failure).__name__}: {failure}")
+        if failure is not None:
+            raise failure
+        failed = next((f for f in failures if f is not None), None)
+        if failed is not None:
+            raise DataError(f"another rank could not load the data ({failed})")
+        return result if self.local_rank == 0 else load()
 
     def said(self, log: Callable[[str], None]) -> Callable[[str], None]:
         """``log`` on rank 0; on the others a log that says nothing."""

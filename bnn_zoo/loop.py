@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from .checkpoint import config_dict, restore_rng, rng_state, save_atomic
 from .data import Splits, TensorSet
 from .distributed import World
-from .errors import StorageError, TrainingError
+from .errors import ConfigError, StorageError, TrainingError
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int, lr: float, done: int = 0):
@@ -79,6 +79,8 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
             taken += 1
             if i % 25 == 0 and not bar.disable:
                 bar.set_postfix(loss=f"{total.item() / (i + 1) * per_example:.4f}", refresh=False)
+        if not taken:  # the same on every rank: all stop
+            raise ConfigError(f"{len(train_set)} training examples cannot be shared among {world.size} ranks")
         mean_loss = world.mean(total).item() / taken * per_example
         seconds = time.perf_counter() - start
         if not math.isfinite(mean_loss):
@@ -117,7 +119,9 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
         optimizer.load_state_dict(stored["optimizer"])
         history = stored["history"]
         restore_rng(stored, splits.train.x.device)
-        log(f"resumed {phase.path} after epoch {stored['epoch']}")
+        log(f"resumed {phase.path} after epoch {stored['epoch']}" + (
+            f" on {world.size} ranks, trained on {stored.get('ranks', 1)}: the global minibatch is now "
+            f"{world.size} x train.batch_size" if stored.get("ranks", 1) != world.size else ""))
     scheduler = make_scheduler(optimizer, t, phase.epochs, phase.lr, done=len(history))
     last = LastCheckpoint(phase.path, cfg, phase.lr, stored["epoch"] if stored else None)
 
@@ -134,7 +138,7 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
         log(f"{phase.label} epoch {record['epoch']}: " +
             figures({k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}))
         last.check(phase.label, record["epoch"], phase.parameters())
-        save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"],
+        save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"], "ranks": world.size,
                      "optimizer": optimizer.state_dict(), "history": history, **phase.state(),
                      **rng_state(splits.train.x.device)}, phase.path)
         last.epoch = record["epoch"]

@@ -44,7 +44,7 @@ from .resume import config_for_run, read_for_resume
 from .runs import Run
 from .sampling import predict
 from .toy import plot_toy
-from .trust import trust
+from .trust import trust_given
 
 
 def log(message: str) -> None:
@@ -60,7 +60,7 @@ def train(cfg: DictConfig) -> dict:
     A new run stops where another run lives (unless ``overwrite=true``); ``resume=DIR`` checks the
     overrides against the stored run, and every ensemble member's config, before anything trains."""
     cfg = resolved(cfg)
-    trust(cfg.arch)  # a network by name (the user gave it): its runs may build it again
+    trust_given(cfg.arch, OmegaConf.to_container(cfg.model.kwargs), log)  # a network by name: its runs rebuild it
     world = World.from_env(cfg.seed)
     world.check(cfg.train.members, cfg.infer)
     device = world.device(pick_device(cfg.device))

@@ -187,12 +187,19 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
         _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
-                   calibration, calibration.get(TWIN_SCALED, {}).get("temperature"), run=state.get("run"))
+                   calibration, _temperature(calibration), run=state.get("run"))
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:
     return {part: Rule.from_dict(calibration[part]["rule"]) if "rule" in calibration.get(part, {}) else Rule()
             for part in PARTS}
+
+
+def _temperature(calibration: dict) -> Optional[float]:
+    """The scaled twin's temperature, where it was fitted on validation inputs its certificate did
+    not use (``temperature_inputs``: an older calibration fitted it on all of them)."""
+    scaled = calibration.get(TWIN_SCALED, {})
+    return scaled.get("temperature") if "temperature_inputs" in scaled else None
 
 
 def _sets(calibration: dict) -> dict[str, ConformalSets]:

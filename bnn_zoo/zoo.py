@@ -15,7 +15,6 @@ import importlib
 import inspect
 import sys
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Callable, Optional, Union
 
 import torch
@@ -87,12 +86,18 @@ def import_factory(name: str) -> Callable[..., nn.Module]:
                          "it (or add that folder to PYTHONPATH)") from None
     except Exception as err:  # the module's own code failed: a SyntaxError, an error at its import
         raise ValueError(f"importing {module_name} failed: {type(err).__name__}: {err}") from None
-    try:
-        factory = attrgetter(attr)(module)
-    except AttributeError:
-        raise ValueError(f"{module_name} has no {attr}") from None
+    factory = module
+    for step in attr.split("."):
+        factory = getattr(factory, step, None)
+        if factory is None:
+            raise ValueError(f"{module_name} has no {attr}")
+        if inspect.ismodule(factory):  # torch:os.system reaches another module through this one
+            raise ValueError(f"{name} passes through the module {factory.__name__}: name the factory in its own module")
     if not callable(factory):
         raise ValueError(f"{name} is a {type(factory).__name__}, not a callable that returns a network")
+    home = str(getattr(factory, "__module__", None) or "").split(".")[0]
+    if inspect.isbuiltin(factory) or home in sys.stdlib_module_names:
+        raise ValueError(f"{name} is Python's own {getattr(factory, '__name__', 'callable')}, not a network")
     return factory
 
 
@@ -113,14 +118,19 @@ def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
         net = factory(**kwargs)
         if not isinstance(net, nn.Module):
             raise ValueError(f"{name}(**{kwargs}) returned a {type(net).__name__}, not an nn.Module")
+        was_training = net.training
         try:
-            with torch.no_grad():
-                width = net(torch.zeros(2, *input_shape)).shape[-1]
-        except RuntimeError as err:
+            with torch.no_grad():  # in eval mode: the probe moves no BatchNorm statistics
+                out = net.eval()(torch.zeros(2, *input_shape))
+        except Exception as err:
             raise ValueError(f"{name}(**{kwargs}) cannot take inputs of shape {list(input_shape)} "
-                             f"({str(err).splitlines()[0]})") from None
-        if width != outputs:
-            raise ValueError(f"{name}(**{kwargs}) gives {width} outputs; its {likelihood} likelihood needs {outputs}")
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+        finally:
+            net.train(was_training)
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        if shape != [2, outputs]:
+            raise ValueError(f"{name}(**{kwargs}) gives {shape} for 2 inputs; its {likelihood} likelihood needs "
+                             f"[2, {outputs}]")
         return net
 
     datasets = CLASSIFIER_DATA if likelihood == "categorical" else TOY_DATA

@@ -68,6 +68,7 @@ def test_the_twin_s_temperature_is_fitted_on_validation_and_its_scaled_twin_cert
     assert certifying(TWIN_SCALED, 128) == slice(26, 128) and certifying("twin", 128) == slice(0, 128)
     probs, labels = probs[:, 26:], labels[26:]
     assert found["temperature"] == pytest.approx(temperature) and trained.temperature == found["temperature"]
+    assert found["temperature_inputs"] == 26
     rung = posteriors(trained)[TWIN_SCALED]
     assert rung.temperature == trained.temperature and torch.allclose(rung.predict(x[26:]), probs, atol=1e-6)
     expected = certify(probs, labels, risk=0.4, delta=0.2, max_refusal=0.1, signal="entropy")
@@ -262,3 +263,14 @@ def test_predict_answers_with_the_scaled_twin_under_its_own_rule(certified_run, 
     trained = load(certified_run)
     decision = trained.rules[TWIN_SCALED](posteriors(trained)[TWIN_SCALED].predict(normalize(images[:6])))
     assert [a["answer"] for a in answers] == [None if r else int(p) for r, p in zip(decision.refused, decision.prediction)]
+
+
+def test_a_temperature_fitted_on_every_validation_input_is_not_used(certified_run, tmp_path):
+    """A calibration that does not say how many validation inputs fitted its temperature (written
+    before its certificate left them out) gives no scaled twin: its guarantee would not hold."""
+    run = _copy(certified_run, tmp_path)
+    calibration = json.loads((run / CALIBRATION).read_text())
+    del calibration[TWIN_SCALED]["temperature_inputs"]
+    (run / CALIBRATION).write_text(json.dumps(calibration))
+    trained = load(run)
+    assert trained.temperature is None and TWIN_SCALED not in posteriors(trained)

@@ -192,3 +192,40 @@ def test_one_process_is_left_as_it_was():
     assert torch.equal(torch.get_rng_state(), state)
     loss = lambda a, b: a.sum()  # noqa: E731
     assert world.wrap([], loss, CPU) is loss
+
+
+def _first_fails(rank: int, port: int, out: str) -> None:
+    from bnn_zoo.errors import DataError
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank))
+    world = World.from_env(0)
+    loaded = []
+
+    def load():
+        loaded.append(rank)
+        raise DataError("no MNIST under /nowhere")
+
+    with world.joined(CPU):
+        try:
+            world.first(load)
+        except DataError as err:
+            (Path(out) / f"{rank}.txt").write_text(f"{loaded} {err}")
+
+
+def test_a_first_rank_that_cannot_load_the_data_stops_every_rank(tmp_path):
+    """The first rank of a machine loads (downloads) first; where it fails, the others do not try
+    the same download again but stop, naming its error."""
+    mp.spawn(_first_fails, args=(_free_port(), str(tmp_path)), nprocs=2)
+    assert (tmp_path / "0.txt").read_text() == "[0] no MNIST under /nowhere"
+    assert (tmp_path / "1.txt").read_text() == "[] another rank could not load the data (DataError: no MNIST under /nowhere)"
+
+
+def test_a_training_set_smaller_than_the_ranks_is_refused():
+    from bnn_zoo.data import TensorSet
+    from bnn_zoo.loop import fit
+
+    cfg = tiny_config("toy_mlp", **{"train.batch_size": 4})
+    with pytest.raises(ConfigError, match="1 training examples cannot be shared among 2 ranks"):
+        fit("bayes", lambda x, y: x.sum(), None, None, TensorSet(torch.zeros(1, 1), torch.zeros(1)), cfg.train, 1,
+            [], 1.0, lambda record, due: False, World(0, 2))

@@ -26,6 +26,9 @@ def regressor(hidden=8):
 def not_a_network():
     return "a string"
 
+def with_batchnorm():
+    return nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * 26 * 26, 10))
+
 def thousand_classes():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 1000))
 
@@ -33,6 +36,7 @@ def colour_images():
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(10))
 
 LAYERS = 3
+print_twice = print
 '''
 
 
@@ -51,6 +55,13 @@ def test_a_network_by_name_is_built_with_its_keyword_arguments(own_nets):
     regression = architecture(f"{own_nets}:regressor", {"hidden": 5}, "gaussian")
     assert regression.likelihood == "gaussian" and regression.datasets == ("polynomial", "sinusoid")
     assert make_net(regression)[0].out_features == 5
+
+
+def test_the_check_of_a_factory_s_outputs_leaves_the_network_as_it_was_made(own_nets):
+    net = make_net(architecture(f"{own_nets}:with_batchnorm"))
+    norm = net[1]
+    assert net.training and int(norm.num_batches_tracked) == 0
+    assert torch.equal(norm.running_mean, torch.zeros(2)) and torch.equal(norm.running_var, torch.ones(2))
 
 
 def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_path):
@@ -82,9 +93,12 @@ def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_
 @pytest.mark.parametrize("arch, overrides, message", [
     ("os:system", {"model.kwargs": "{command: ls}"}, "os is Python's own library, not a network"),
     ("builtins:exec", {}, "builtins is Python's own library"),
+    ("torch:os.system", {}, "passes through the module os"),
+    ("torch:nn.Linear", {}, "passes through the module torch.nn: name the factory in its own module"),
     ("no_such_module_here:net", {}, "cannot import no_such_module_here .* install it"),
     ("own_nets:missing", {}, "own_nets has no missing"),
     ("own_nets:LAYERS", {}, "own_nets:LAYERS is a int, not a callable"),
+    ("own_nets:print_twice", {}, "is Python's own print, not a network"),
     ("own nets:small_cnn", {}, "is not package.module:factory"),
     ("own_nets:small_cnn", {"model.hidden": "[8]"}, "has a fixed shape"),
     ("own_nets:small_cnn", {"train.twin_dropout": 0.5}, "keeps its own layers"),
@@ -101,7 +115,7 @@ def test_a_bad_network_name_is_refused_in_one_line(own_nets, arch, overrides, me
 @pytest.mark.parametrize("factory, kwargs, message", [
     ("small_cnn", {"depth": 2}, "does not take model.kwargs {'depth': 2} .*unexpected keyword argument 'depth'"),
     ("not_a_network", {}, "returned a str, not an nn.Module"),
-    ("thousand_classes", {}, "gives 1000 outputs; its categorical likelihood needs 10"),
+    ("thousand_classes", {}, r"gives \[2, 1000\] for 2 inputs; its categorical likelihood needs \[2, 10\]"),
     ("colour_images", {}, r"cannot take inputs of shape \[1, 28, 28\]"),
 ])
 def test_a_factory_that_does_not_fit_is_named_with_its_arguments(own_nets, factory, kwargs, message):
@@ -139,7 +153,7 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     run_dir = tmp_path / "run"
     train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
                                                    "train.epochs": 1, "train.twin": False}))
-    assert trust.trusted_names() == ["own_nets:small_cnn"]  # typed by the user: trusted
+    assert trust.trusted() == ['{"arch": "own_nets:small_cnn", "kwargs": {}}']  # given by the user: trusted
     load(run_dir)
     capsys.readouterr()
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "elsewhere"))  # another user, or another machine
@@ -149,8 +163,22 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
         with pytest.raises(CheckpointError) as err:
             attempt()
         assert str(err.value) == expected
-    assert trust.main(["own_nets:small_cnn"]) == 0 and capsys.readouterr().out.strip() == "own_nets:small_cnn"
+    assert trust.main(["own_nets:small_cnn"]) == 0
+    assert capsys.readouterr().out.strip() == '{"arch": "own_nets:small_cnn", "kwargs": {}}'
     assert load(run_dir).model is not None
+    # the name with other arguments is another network: asked for again, with the command that trusts it
+    state = read(run_dir / CHECKPOINT)
+    state["config"]["model"]["kwargs"] = {"width": 4}
+    save_atomic(state, run_dir / CHECKPOINT)
+    with pytest.raises(CheckpointError, match=r"""if you trust it: python -m bnn_zoo.trust own_nets:small_cnn --kwargs '\{"width": 4\}'"""):
+        load(run_dir)
+    assert trust.main(["own_nets:small_cnn", "--kwargs", '{"width": 4}']) == 0
+    capsys.readouterr()
+    # an interpolation, which bnn-zoo never writes, is an edit: refused before it can name anything
+    state["config"]["arch"], state["config"]["run_dir"] = "torch${run_dir}", ":os.system"
+    save_atomic(state, run_dir / CHECKPOINT)
+    with pytest.raises(CheckpointError, match=r"holds a config with an interpolation \(\$\{...\}\), which bnn-zoo never writes"):
+        load(run_dir)
     # a forged checkpoint naming a function of an installed library is refused before anything is imported
     state = read(run_dir / CHECKPOINT)
     state["config"]["arch"] = "yaml:unsafe_load"
@@ -160,3 +188,23 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     with pytest.raises(CheckpointError, match="names the network yaml:unsafe_load .* if you trust it"):
         load(run_dir)
     assert trust.main(["not-a-network"]) == 2 and "is not a network by name" in capsys.readouterr().err
+    assert trust.main(["a:b", "--kwargs", "[1]"]) == 2 and "must be a JSON object" in capsys.readouterr().err
+
+
+def test_a_trust_list_others_may_write_is_refused(tmp_path, monkeypatch, capsys):
+    from bnn_zoo import trust
+
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
+    trust.trust("own_nets:small_cnn", {})
+    (tmp_path / "home" / "trusted_networks").chmod(0o666)
+    with pytest.raises(CheckpointError, match=r"trusted_networks is not yours alone to write: make it so \(chmod go-w"):
+        trust.trusted()
+    (tmp_path / "home" / "trusted_networks").chmod(0o644)
+    assert trust.trusted() == ['{"arch": "own_nets:small_cnn", "kwargs": {}}']
+    said = []
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "a_file"))
+    (tmp_path / "a_file").write_text("")
+    trust.trust_given("own_nets:small_cnn", {}, said.append)  # training goes on, and says why
+    assert said and said[0].startswith("warning: own_nets:small_cnn is not recorded as trusted")
+    trust.trust_given("lenet", {}, said.append)
+    assert len(said) == 1  # a registered recipe needs no trust
