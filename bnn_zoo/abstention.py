@@ -24,7 +24,10 @@ from dataclasses import asdict, dataclass
 import torch
 
 LOG2 = math.log(2.0)
-SIGNALS = ("mutual_information", "entropy")
+SIGNALS = ("mutual_information", "entropy")  # the signals the sampled probabilities give
+# A third gate, given beside the probabilities: minus the log density of an input's features under
+# the training data's (nats, bnn_zoo.density.FeatureDensity.score), cut in those nats.
+DENSITY = "feature_density"
 
 
 @dataclass
@@ -98,16 +101,29 @@ def check_probs(probs: torch.Tensor) -> None:
 
 
 def abstain(probs: torch.Tensor, quantile: float = 0.5, threshold: float = 0.2, signal: str | None = None,
-            cut: float = math.inf) -> Decision:
+            cut: float = math.inf, density: torch.Tensor | None = None) -> Decision:
     """Accept each class whose ``quantile`` (over the S samples) of its probability is at least
     ``threshold``; refuse inputs with no accepted class, and, with a ``signal``, inputs whose
-    uncertainty (bits) exceeds ``cut``."""
+    uncertainty (bits; for ``DENSITY``, the ``density`` scores [N] in nats) exceeds ``cut``."""
     check_probs(probs)
     Rule(quantile, threshold, signal, cut)  # checks the values
     q = torch.quantile(probs.float(), quantile, dim=0)
-    gated = (uncertainty(probs, quantile)[signal] > cut if signal is not None
+    gated = (gate_score(probs, quantile, signal, density) > cut if signal is not None
              else torch.zeros(q.shape[0], dtype=torch.bool, device=q.device))
     return Decision(q, q >= threshold, probs.mean(0), gated)
+
+
+def gate_score(probs: torch.Tensor, quantile: float, signal: str, density: torch.Tensor | None = None) -> torch.Tensor:
+    """[N]: what a gate on ``signal`` compares with its cut: an uncertainty of the probabilities, or
+    the feature ``density`` scores given beside them."""
+    if signal != DENSITY:
+        return uncertainty(probs, quantile)[signal]
+    if density is None:
+        raise ValueError("this rule's gate reads the feature density: pass density=FeatureDensity.score(features) "
+                         "of the same inputs")
+    if density.shape != probs.shape[1:2]:
+        raise ValueError(f"expected one density score per input ({probs.shape[1]}), got shape {tuple(density.shape)}")
+    return density.to(probs.device)
 
 
 @dataclass(frozen=True)
@@ -125,13 +141,13 @@ class Rule:
             raise ValueError(f"quantile must lie in [0, 1], got {self.quantile}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must lie in [0, 1], got {self.threshold}")
-        if self.signal is not None and self.signal not in SIGNALS:
+        if self.signal is not None and self.signal not in (*SIGNALS, DENSITY):
             raise ValueError(f"signal must be one of {', '.join(SIGNALS)} or None, got {self.signal!r}")
-        if math.isnan(self.cut) or self.cut < 0:
+        if math.isnan(self.cut) or (self.cut < 0 and self.signal != DENSITY):  # minus a log density: any sign
             raise ValueError(f"cut must be a number of bits >= 0 (inf: no gate), got {self.cut}")
 
-    def __call__(self, probs: torch.Tensor) -> Decision:
-        return abstain(probs, self.quantile, self.threshold, self.signal, self.cut)
+    def __call__(self, probs: torch.Tensor, density: torch.Tensor | None = None) -> Decision:
+        return abstain(probs, self.quantile, self.threshold, self.signal, self.cut, density)
 
     def to_dict(self) -> dict:
         """Plain values for JSON (an infinite cut as None)."""

@@ -25,16 +25,17 @@ import torch
 from torch import nn
 
 from . import cli
-from .abstention import SIGNALS
-from .calibration import NotCertified, certify, check_settings
+from .abstention import DENSITY, SIGNALS
+from .calibration import NotCertified, certify, check_settings, density_cuts
 from .conformal import SCORES as SET_SCORES, calibrate_sets
-from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, PARTS, TWIN_SCALED
+from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, PARTS, TWIN, TWIN_SCALED, save_atomic
 from .trained import Trained, certified_weights, load
 from .config import pick_device
 from .data import run_split
 from .errors import ConfigError
 from .likelihoods import Categorical
-from .ladder import sampled_probs
+from .density import DENSITY_INPUTS, FeatureDensity
+from .ladder import posteriors, sampled_probs
 from .sampling import evaluating, seeded
 from .temperature import fit_temperature
 from .files import check_writable, write_atomic
@@ -56,22 +57,33 @@ def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torc
 def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
                       signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
                       alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
-                      data_root: str | None = None) -> dict:
+                      data_root: str | None = None, twin_signal: str = "entropy") -> dict:
     """``certify_trained`` on the run's validation split, written to RUN_DIR/calibration.json with a
-    record of the weights it certified (``load`` refuses it once they change); returns its content."""
+    record of the weights it certified (``load`` refuses it once they change); returns its content.
+    ``twin_signal=DENSITY``: the twin's gate reads its feature density instead of its entropy
+    (``certify_density_gate``; the density goes to RUN_DIR/density.pt)."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
     check_settings(risk, delta, max_refusal, quantile, signal)
     if not 0 < alpha < 1 or set_score not in SET_SCORES:
         raise ValueError(f"alpha must lie in (0, 1) and set_score be one of {', '.join(SET_SCORES)}; got "
                          f"{alpha} and {set_score!r}")
-    if samples < 1:
-        raise ValueError(f"samples must be at least 1, got {samples}")
+    if samples < 1 or twin_signal not in ("entropy", DENSITY):
+        raise ValueError(f"samples must be at least 1 and twin_signal entropy or {DENSITY}, got {samples} and "
+                         f"{twin_signal!r}")
     check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling
     x, labels = validation_set(trained, data_root)
     certified = {CERTIFIED_WEIGHTS: certified_weights(trained),
                  **certify_trained(trained, x, labels, risk, delta, max_refusal, signal, quantile, samples, alpha,
                                    set_score, seed)}
+    (Path(run_dir) / DENSITIES).unlink(missing_ok=True)  # a density gate certified before goes with its rule
+    if twin_signal == DENSITY and TWIN in certified:
+        x_train, y_train = run_split(trained.config, "train", data_root, DENSITY_INPUTS)
+        entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
+                                              max_refusal, quantile)
+        certified[TWIN] = {**{k: v for k, v in certified[TWIN].items() if k == "sets"}, **entry}
+        if density is not None:
+            save_atomic({"densities": {TWIN: density.state()}}, Path(run_dir) / DENSITIES)
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
     return certified
 
@@ -109,6 +121,27 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
     return {part: certified[part] for part in PARTS if part in certified}
 
 
+def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch.Tensor, x: torch.Tensor,
+                         labels: torch.Tensor, risk: float, delta: float, max_refusal: float,
+                         quantile: float = 0.5) -> tuple[dict, FeatureDensity | None]:
+    """The twin's rule with a gate on its feature density (fitted on ``x_train``; its cuts from
+    their scores, fixed before validation ``x`` is seen), certified as the other rules are: its
+    calibration.json entry, and the density."""
+    rung = posteriors(trained)[TWIN]
+    feats = rung.features(x_train)
+    if feats is None:
+        return {"error": f"the {rung.label} has no single network to read features from"}, None
+    density = FeatureDensity.fit(feats, y_train)
+    cuts = density_cuts(density.score(feats))
+    probs = rung.predict(x)
+    try:
+        calibration = certify(probs, labels, risk, delta, max_refusal, quantile, DENSITY, cuts=cuts,
+                              density=density.score(rung.features(x)))
+        return {**calibration.to_dict(), "samples": len(probs)}, density
+    except NotCertified as err:
+        return {"error": str(err)}, density
+
+
 def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) -> float | None:
     """The temperature of the run's twin on validation inputs ``x`` (``fit_temperature``); None where
     the run has no lone plain twin (none, MC dropout, or a deep ensemble). ValueError where none fits."""
@@ -133,7 +166,7 @@ SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "al
 @pyro.settings.context(module_local_params=True)
 def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
     """``calibrate_trained`` on the run stored in ``run_dir``; settings left out or None come from
-    the run's config (``abstention.risk``, ...)."""
+    the run's config (``abstention.risk``, ...), the twin's signal from ``twin_signal``."""
     trained = load(run_dir, pick_device(device))
     given = {k: v for k, v in settings.items() if v is not None}
     defaults = {k: trained.config.abstention[k] for k in SETTINGS if k not in given}
@@ -160,7 +193,8 @@ def summary(certified: dict) -> str:
             set_line += f"; temperature {c['temperature']:.4g}"
 
         r, v = c["rule"], c["validation"]
-        gate = f", refuse when {r['signal']} > {r['cut']:.4g} bits" if r["signal"] else ""
+        unit = "nats" if r["signal"] == DENSITY else "bits"
+        gate = f", refuse when {r['signal']} > {r['cut']:.4g} {unit}" if r["signal"] else ""
         lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
                      f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
                      f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){set_line}")
@@ -186,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: the run's abstention.alpha)")
     parser.add_argument("--set-score", choices=SET_SCORES, default=None,
                         help="the sets' score (default: the run's abstention.set_score)")
+    parser.add_argument("--twin-signal", choices=("entropy", DENSITY), default="entropy",
+                        help="the twin's gate: its entropy, or its feature density (fitted on the run's first "
+                             f"{DENSITY_INPUTS:,} training images; density.pt)")
     parser.add_argument("--data-root", default=None, help="data folder (default: the run's)")
     args = parser.parse_args(argv)
 
@@ -193,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         certified = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
                               max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
                               samples=args.samples, alpha=args.alpha, set_score=args.set_score, seed=args.seed,
-                              data_root=args.data_root)
+                              data_root=args.data_root, twin_signal=args.twin_signal)
         print(summary(certified))
         return 0
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .abstention import Rule, abstain, check_probs, uncertainty
+from .abstention import DENSITY, Rule, abstain, check_probs, gate_score
 
 THRESHOLDS = tuple(round(0.2 + 0.05 * i, 2) for i in range(15))  # 0.2 ... 0.9
 # bits, 12 a decade (steps of 21%): entropy and mutual information of 10 classes stay below 3.33
@@ -68,6 +68,14 @@ class NotCertified(ValueError):
     """No rule on the grid can be certified at the asked risk and delta on these inputs."""
 
 
+def density_cuts(train_scores: torch.Tensor, levels: int = 60) -> tuple[float, ...]:
+    """The cuts of a density gate, fixed before validation is seen: quantiles of the density scores
+    of training inputs (``FeatureDensity.score``), from the median to 1 in 10,000 in the tail,
+    spaced evenly in the log of the share refused, then no gate."""
+    shares = torch.logspace(math.log10(0.5), -4, levels, dtype=torch.float64)
+    return tuple(float(c) for c in torch.quantile(train_scores.double(), 1 - shares)) + (math.inf,)
+
+
 def check_settings(risk: float, delta: float, max_refusal: float, quantile: float = 0.5,
                    signal: str | None = None) -> None:
     """The one check of the abstention settings (the config's, calibrate's and certify's):
@@ -82,9 +90,12 @@ def check_settings(risk: float, delta: float, max_refusal: float, quantile: floa
 
 def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float = 0.05,
             max_refusal: float = 0.02, quantile: float = 0.5, signal: str | None = "mutual_information",
-            thresholds: tuple[float, ...] = THRESHOLDS, cuts: tuple[float, ...] = CUTS) -> Calibration:
+            thresholds: tuple[float, ...] = THRESHOLDS, cuts: tuple[float, ...] = CUTS,
+            density: torch.Tensor | None = None) -> Calibration:
     """The rule for sampled validation probabilities [S, N, C] and their labels [N]: see the
-    module's docstring. ``signal=None`` calibrates the threshold alone (the quantile rule).
+    module's docstring. ``signal=None`` calibrates the threshold alone (the quantile rule);
+    ``signal=DENSITY`` gates on the validation inputs' feature ``density`` scores [N] at ``cuts``
+    from ``density_cuts`` of training inputs' scores (a grid fixed before validation is seen).
 
     Raises NotCertified when no rule on the grid can be certified (ask for a higher risk or delta,
     or calibrate on more inputs)."""
@@ -98,8 +109,11 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
         raise ValueError(f"expected one label per input ({probs.shape[1]}), got shape {tuple(labels.shape)}")
     if signal is None:
         cuts = (math.inf,)
+    if signal == DENSITY and cuts is CUTS:
+        raise ValueError("a density gate's cuts are nats of its own scores, not CUTS' bits: pass "
+                         "cuts=density_cuts(scores of training inputs)")
     base = abstain(probs, quantile, threshold=0.0)
-    score = uncertainty(probs, quantile)[signal] if signal else torch.zeros(len(labels), device=probs.device)
+    score = gate_score(probs, quantile, signal, density) if signal else torch.zeros(len(labels), device=probs.device)
     top, predicted = base.quantile_probs.max(1)
     wrong = predicted != labels
     t = torch.tensor(thresholds, dtype=top.dtype, device=top.device)

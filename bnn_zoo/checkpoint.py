@@ -26,13 +26,15 @@ CERTIFIED_WEIGHTS = "certified_weights"  # calibration.json's record of the weig
 MEMBERS = "members"  # an ensemble's members 1, 2, ... live in RUN_DIR/members/N, member 0 in RUN_DIR
 # the posteriors a run can hold (bnn_zoo.ladder.posteriors); "twin_scaled": the twin, temperature-scaled
 PARTS = ("bayes", "twin", "twin_scaled", "hmc")
-TWIN_SCALED = PARTS[2]
+TWIN, TWIN_SCALED = PARTS[1:3]
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # 3: a SHA-256 digest of the contents ("digest"), checked when read.
 # Checkpoints without a format are 1 (up to commit 766a886) and are upgraded when loaded.
 FORMAT = 3
 # What each file must hold besides its config: {key: what it is}
-REQUIRED = {CHECKPOINT: ("config", "epoch", "model", "guide"), TWIN_CHECKPOINT: ("net",), HMC_SAMPLES: ("samples",)}
+DENSITIES = "density.pt"  # the feature densities a certified density gate reads (bnn_zoo.calibrate --twin-signal)
+REQUIRED = {CHECKPOINT: ("config", "epoch", "model", "guide"), TWIN_CHECKPOINT: ("net",), HMC_SAMPLES: ("samples",),
+            DENSITIES: ("densities",)}
 
 
 def save_atomic(state: dict, path: Path) -> None:
@@ -125,7 +127,7 @@ def read(path: Path, device: str | torch.device = "cpu") -> dict:
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, TypeError) as err:
         raise CheckpointError(f"{path} is not a readable checkpoint ({_first_line(err)}): it is damaged, "
                               "truncated or not a bnn-zoo file; train again, or resume from a complete copy") from None
-    if not isinstance(state, dict) or ("config" not in state and "net" not in state):
+    if not isinstance(state, dict) or not any(key in state for key in ("config", "net", "densities")):
         raise CheckpointError(f"{path} is not a bnn-zoo checkpoint (no config or weights in it)")
     if state.get("format", 1) not in (1, 2, FORMAT):
         raise CheckpointError(f"{path} has checkpoint format {state['format']}; this bnn-zoo reads "

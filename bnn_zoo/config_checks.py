@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .abstention import DENSITY
 from .calibration import check_settings
 from .capture import MODES as CAPTURE_MODES
 from .conformal import SCORES as SET_SCORES
@@ -111,6 +112,9 @@ def check(cfg: DictConfig) -> None:
         if is_file:
             raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
     a = cfg.abstention
+    if a.signal == DENSITY:
+        raise ConfigError("bad config key 'abstention.signal': choose mutual_information or entropy; a feature-density "
+                          "gate is certified in Python (bnn_zoo.calibration.certify(..., density=...)), not by a run")
     try:  # the checks certify and Rule make, before any training
         check_settings(a.risk, a.delta, a.max_refusal, a.quantile, a.signal)
     except ValueError as err:

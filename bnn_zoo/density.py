@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+DENSITY_INPUTS = 10000  # the training inputs a run's densities are fitted on (the first of its training split)
 JITTERS = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2)  # times the mean variance, added until each covariance factors
 
 
@@ -80,6 +81,14 @@ class FeatureDensity:
                 return cls(means, tril, (counts.double() / len(labels)).log())
         raise ValueError("the features' covariances do not factor even with a jitter of "
                          f"{JITTERS[-1]} times their mean variance: the features hold NaN or inf")
+
+    def state(self) -> dict:
+        """Its tensors, for a checkpoint (``from_state`` rebuilds it)."""
+        return {"loc": self.gaussians.loc, "scale_tril": self.gaussians.scale_tril, "log_weights": self.log_weights}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "FeatureDensity":
+        return cls(state["loc"], state["scale_tril"], state["log_weights"])
 
     def score(self, feats: torch.Tensor) -> torch.Tensor:
         """[N]: minus the log density (nats) of each row of ``feats`` under the mixture."""

@@ -29,7 +29,7 @@ from .metrics import detection, expected_calibration_error
 from .ood import OOD_SETS, ood_images, overlaid_digits
 from .references import fit_references
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
-from .ladder import posteriors
+from .ladder import gate_density, posteriors
 from .sampling import seeded
 from .files import check_writable, write_atomic
 
@@ -37,12 +37,13 @@ DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist":
 
 
 def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, sets: ConformalSets | None = None,
-                    by_target: dict[float, ConformalSets] | None = None) -> InDistribution:
+                    by_target: dict[float, ConformalSets] | None = None,
+                    gate: torch.Tensor | None = None) -> InDistribution:
     """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone), accuracy on the
     accepted inputs, set-valued answers, the selective risks, and the conformal ``sets``' coverage
     and mean size over every input (their guarantee is over all of them, refused or not), and those
-    of the sets ``by_target`` coverage."""
-    decision = rule(probs)
+    of the sets ``by_target`` coverage. ``gate``: the density scores a density gate reads."""
+    decision = rule(probs, gate)
     labels = labels.to(probs.device)
     accepted = ~decision.refused
     correct = decision.prediction == labels
@@ -71,14 +72,14 @@ def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float =
 
 
 def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule, in_density: torch.Tensor | None = None,
-               ood_density: torch.Tensor | None = None) -> OODResult:
+               ood_density: torch.Tensor | None = None, gate: torch.Tensor | None = None) -> OODResult:
     """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection
     figures by entropy, mutual information and (given both sets' scores) the feature density, for
     one OOD set against the test set."""
     in_u, ood_u = uncertainty(in_probs, rule.quantile), uncertainty(ood_probs, rule.quantile)
     sampled = in_probs.shape[0] > 1  # mutual information is zero for a single deterministic softmax
     return OODResult(
-        refused=rule(ood_probs).refused.float().mean().item(),
+        refused=rule(ood_probs, gate).refused.float().mean().item(),
         refused_by_quantile_rule=Rule()(ood_probs).refused.float().mean().item(),
         mean_entropy=ood_u["entropy"].mean().item(),
         by_entropy=Detection(**detection(in_u["entropy"], ood_u["entropy"])),
@@ -88,10 +89,10 @@ def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule, in_d
 
 
 def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule, sets: ConformalSets | None,
-                     seed: int = 0) -> float:
+                     seed: int = 0, gate: torch.Tensor | None = None) -> float:
     """The share of overlaid digits (``pairs`` [N, 2], their two classes) refused, or answered with
     a set holding both: the certified conformal set where the posterior has one, else the rule's."""
-    decision = rule(probs)
+    decision = rule(probs, gate)
     answer = (decision.accepted if sets is None else
               sets.predict(probs, torch.Generator(device=probs.device).manual_seed(seed), nonempty=True))
     both = answer.gather(1, pairs.to(answer.device)).all(1)
@@ -142,8 +143,8 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
         refs = fit_references(trained, rungs, num_samples, seed, root)
     density = {part: d.score(rungs[part].features(x)) for part, d in refs.density.items()}
     results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
-        in_probs[part], labels, rules[part], trained.sets.get(part), refs.sets.get(part)))
-        for part, posterior in rungs.items()}
+        in_probs[part], labels, rules[part], trained.sets.get(part), refs.sets.get(part),
+        gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
     skipped = {}
     for name in ood:
         try:
@@ -156,11 +157,11 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
             print(f"skipping {name}: {err}", file=sys.stderr)
             continue
         for part, posterior in rungs.items():
-            probs = posterior.predict(x, num_samples)
-            scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else ()
-            results[part].ood[name] = result = ood_result(in_probs[part], probs, rules[part], *scores)
+            probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
+            scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
+            results[part].ood[name] = result = ood_result(in_probs[part], probs, rules[part], *scores, gate)
             if pairs is not None:
-                result.handled = handled_overlaid(probs, pairs, rules[part], trained.sets.get(part), seed)
+                result.handled = handled_overlaid(probs, pairs, rules[part], trained.sets.get(part), seed, gate)
     return results, skipped
 
 

@@ -26,9 +26,11 @@ import torch
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 from torch import nn
 
+from .abstention import DENSITY, Rule
 from .bnn import BayesianNet
 from .checkpoint import PARTS
 from .density import features
+from .errors import CheckpointError
 from .sampling import Chunk, check_inputs, evaluating, fill_predictions, network_chunks, positive_sizes, sample_chunks
 from .trained import Trained
 from .twin import Twin
@@ -230,6 +232,17 @@ def posteriors(trained: Trained) -> dict[str, Posterior]:
     if trained.samples is not None:
         rungs[HMC] = SampledPosterior(trained.model, trained.samples)
     return rungs
+
+
+def gate_density(rule: Rule, trained: Trained, part: str, posterior: Posterior, x: torch.Tensor) -> torch.Tensor | None:
+    """[N]: the feature density scores ``rule`` (``part``'s) gates ``x`` on, None where its gate
+    reads the probabilities alone (``rule(probs, gate_density(...))`` either way)."""
+    if rule.signal != DENSITY:
+        return None
+    if part not in trained.densities:
+        raise CheckpointError(f"the {part} rule gates on a feature density this run does not hold (density.pt): "
+                              "certify it again with python -m bnn_zoo.calibrate RUN_DIR --twin-signal feature_density")
+    return trained.densities[part].score(posterior.features(x))
 
 
 def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:

@@ -24,7 +24,7 @@ from .config import pick_device
 from .data import normalize
 from .errors import ConfigError
 from .images import load_image
-from .ladder import posteriors
+from .ladder import gate_density, posteriors
 from .likelihoods import Categorical
 from .sampling import predict
 
@@ -82,7 +82,8 @@ def _answer(args) -> int:
         x = normalize(torch.stack(pixels)).to(trained.device)
         rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
         probs = rungs[args.posterior].predict(x, args.samples)
-        decision, scores = rule(probs), uncertainty(probs, rule.quantile)
+        gate = gate_density(rule, trained, args.posterior, rungs[args.posterior], x)
+        decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
         sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
         in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
         for i, answer in enumerate(good):

@@ -15,13 +15,12 @@ import torch
 from .conformal import ConformalSets, calibrate_sets
 from .calibrate import certifying
 from .data import run_split
-from .density import FeatureDensity
+from .density import DENSITY_INPUTS, FeatureDensity
 from .errors import DataError
 from .ladder import Posterior
 from .trained import Trained
 
 TARGETS = (0.9, 0.95, 0.99)  # the coverages the scoreboard's set columns promise
-DENSITY_INPUTS = 10000  # training inputs the feature density is fitted on
 
 
 @dataclass

@@ -18,7 +18,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from .checkpoint import CALIBRATION, CHECKPOINT, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
+from .checkpoint import CALIBRATION, CHECKPOINT, DENSITIES, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from .errors import ConfigError, StorageError
 from .files import check_writable, make_folder, open_lock, write_atomic
 from .trained import Trained, load, member_dirs
@@ -27,7 +27,7 @@ LOCK = ".lock"
 MARK = ".bnn_zoo_run"  # written when a run starts: the run files beside it are that run's
 # Everything a run writes into its directory (bnn_zoo.train, bnn_zoo.calibrate, bnn_zoo.evaluate);
 # an ensemble's other members are runs of their own in MEMBERS/1, MEMBERS/2, ...
-RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, "metrics.json",
+RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, DENSITIES, "metrics.json",
              "eval.json", "training.png", "predictive.png")
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import pyro
 import torch
 
-from .abstention import SIGNALS, Rule, uncertainty
+from .abstention import DENSITY, SIGNALS, Rule, uncertainty
 from .config import pick_device
 from .data import CLASS_NAMES, normalize
 from .errors import UserError
-from .ladder import Posterior, posteriors
+from .ladder import Posterior, gate_density, posteriors
 from .likelihoods import Categorical
 from .sampling import seeded
 from .trained import Trained, load, shipped_names
@@ -97,24 +97,28 @@ class Answerer:
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
+            gates = {part: gate_density(rules[part], model.trained, part, rung, x)
+                     for part, rung in (("bayes", model.bayes), ("twin", model.twin)) if rung is not None}
             sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
             certified_knobs = threshold is None and quantile is None and sets and sets.certified_at(samples)
             in_set = sets.answer(probs, seed)[0] if certified_knobs else None
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
-                 **_judged(probs, rules["bayes"], model.classes),
+                 **_judged(probs, rules["bayes"], model.classes, gates["bayes"]),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
         if in_set is not None and response["answer"] is not None:  # refused, or answered with its certified set
             response["set"] = {"classes": [model.classes[c] for c in in_set], "coverage": 1 - sets.alpha}
         if twin is not None:
-            response["twin"] = {"posterior": model.twin.label, **_judged(twin, rules["twin"], model.classes),
+            response["twin"] = {"posterior": model.twin.label,
+                                **_judged(twin, rules["twin"], model.classes, gates["twin"]),
                              "probs": twin.mean(0)[0].cpu().tolist()}
         response["seconds"] = round(time.perf_counter() - started, 4)
         return response
 
 
-def _judged(probs: torch.Tensor, rule: Rule, classes: list[str]) -> dict:
-    """One input's decision under ``rule``, with the words the page shows."""
-    decision, scores = rule(probs), uncertainty(probs, rule.quantile)
+def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Tensor | None = None) -> dict:
+    """One input's decision under ``rule`` (``gate``: the density scores a density gate reads), with
+    the words the page shows."""
+    decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
     described = decision.describe(0, rule.signal)
     names = [classes[c] for c in described["accepted"]]
     if described["answer"] is None:
@@ -125,8 +129,8 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str]) -> dict:
     if "quantile" in described["refused_by"]:
         reasons.append(f"no class's {_quantile_name(rule.quantile)} probability reaches {rule.threshold:g}")
     if rule.signal in described["refused_by"]:
-        reasons.append(f"{rule.signal.replace('_', ' ')} {float(scores[rule.signal][0]):.3g} bits > "
-                       f"{rule.cut:.3g}")
+        value, unit = (gate, "nats") if rule.signal == DENSITY else (scores[rule.signal], "bits")
+        reasons.append(f"{rule.signal.replace('_', ' ')} {float(value[0]):.3g} {unit} > {rule.cut:.3g}")
     return {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
             "quantiles": decision.quantile_probs[0].cpu().tolist(),
             "uncertainty": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}

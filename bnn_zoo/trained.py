@@ -17,11 +17,12 @@ from torch import nn
 
 from .abstention import Rule
 from .bnn import BayesianNet
-from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, HMC_SAMPLES, MEMBERS, PARTS, TWIN_CHECKPOINT,
-                         TWIN_SCALED, digest, read, save_atomic, stored_config)
+from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, DENSITIES, HMC_SAMPLES, MEMBERS, PARTS,
+                         TWIN_CHECKPOINT, TWIN_SCALED, digest, read, save_atomic, stored_config)
 from .config import make_config, pick_device
 from .errors import CheckpointError, ConfigError
 from .conformal import ConformalSets
+from .density import FeatureDensity
 from .factory import build_from_config, twin_from_config
 from .files import read_json
 from .sampling import seeded
@@ -45,6 +46,8 @@ class Trained:
     calibration: dict = field(default_factory=dict)  # calibration.json's content
     # The twin's temperature (bnn_zoo.temperature), fitted on validation where calibration.json holds one
     temperature: Optional[float] = None
+    # The feature densities a certified density gate reads, by posterior (RUN_DIR/density.pt)
+    densities: dict = field(default_factory=dict)
     members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
     run: Optional[str] = None  # the run id its checkpoints share
     # Why the calibration cannot be used (it certified other weights), with the command that
@@ -123,10 +126,13 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
                                   f"{member.name} has no checkpoint: finish it with python -m bnn_zoo.train "
                                   f"resume={run_dir}")
         trained.members.append(load(member, device))
+    if (run_dir / DENSITIES).is_file():
+        trained.densities = {part: FeatureDensity.from_state(state)
+                             for part, state in read(run_dir / DENSITIES, device)["densities"].items()}
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
-        if trained.calibration_problem:
-            trained.sets, trained.temperature = {}, None  # fitted to other weights: not for these
+        if trained.calibration_problem:  # fitted to other weights: not for these
+            trained.sets, trained.temperature, trained.densities = {}, None, {}
     return trained
 
 

@@ -274,3 +274,43 @@ def test_a_temperature_fitted_on_every_validation_input_is_not_used(certified_ru
     (run / CALIBRATION).write_text(json.dumps(calibration))
     trained = load(run)
     assert trained.temperature is None and TWIN_SCALED not in posteriors(trained)
+
+
+def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(certified_run, shared_data, tmp_path, capsys):
+    """--twin-signal feature_density: the twin's gate reads its feature density, fitted on the run's
+    training split with cuts from those inputs' scores, certified on validation; load, evaluate and
+    predict apply it; calibrating again without it removes the density with its rule."""
+    from PIL import Image
+
+    from bnn_zoo.abstention import DENSITY
+    from bnn_zoo.calibration import density_cuts
+    from bnn_zoo.checkpoint import DENSITIES
+    from bnn_zoo.data import load_torchvision, normalize, run_split
+    from bnn_zoo.evaluate import evaluate_run
+    from bnn_zoo.predict import main as predict_main
+
+    run = _copy(certified_run, tmp_path)
+    args = [str(run), "--risk", "0.4", "--delta", "0.2", "--max-refusal", "0.1", "--samples", "4"]
+    assert main([*args, "--twin-signal", DENSITY]) == 0
+    assert "twin: median >= " in capsys.readouterr().out
+    trained = load(run, DEVICE)
+    rule, density, twin = trained.rules["twin"], trained.densities["twin"], posteriors(trained)["twin"]
+    x_train, y_train = run_split(trained.config, "train", limit=10000)
+    feats = twin.features(x_train.to(DEVICE))
+    assert torch.allclose(density.score(feats), type(density).fit(feats, y_train).score(feats))
+    x, labels = validation_set(trained)
+    expected = certify(twin.predict(x), labels, 0.4, 0.2, 0.1, signal=DENSITY, cuts=density_cuts(density.score(feats)),
+                       density=density.score(twin.features(x)))
+    assert rule == expected.rule and rule.signal == DENSITY
+    images, test_labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    test = normalize(images[:300]).to(DEVICE)
+    refused = rule(twin.predict(test), density.score(twin.features(test))).refused
+    result = evaluate_run(run, num_samples=2, test_size=300, ood=("noise",), ood_size=50)
+    assert result.posteriors["twin"].test.refused == pytest.approx(refused.float().mean().item())
+    for i in range(4):
+        Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")
+    assert predict_main([str(run), *(str(tmp_path / f"{i}.png") for i in range(4)), "--posterior", "twin", "--json"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    assert [a["answer"] is None for a in answers] == refused[:4].tolist()
+    assert main(args) == 0 and not (run / DENSITIES).exists()  # back to the entropy gate
+    assert load(run).rules["twin"].signal == "entropy" and load(run).densities == {}

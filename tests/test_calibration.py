@@ -144,3 +144,63 @@ def test_certify_refuses_an_empty_batch_and_what_is_not_a_tensor():
         certify(probs, labels.numpy(), risk=0.1)
     with pytest.raises(TypeError, match="torch.Tensor of sampled probabilities"):
         certify(probs.numpy(), labels, risk=0.1)
+
+
+def density_like(probs, seed: int):
+    """Scores that stand in for a feature density's (bnn_zoo.density): higher for the inputs the
+    network is unsure of (their entropy in nats, scaled), with noise of their own, any sign."""
+    g = torch.Generator().manual_seed(seed)
+    return 40 * uncertainty(probs)["entropy"] - 20 + torch.randn(probs.shape[1], generator=g) * 5
+
+
+def test_a_density_gate_holds_the_bound_at_the_stated_rate_over_many_draws():
+    """As the bound above, with the gate on density scores given beside the probabilities and its
+    cuts fixed beforehand from training inputs' scores: the error rate among accepted fresh inputs
+    exceeds the risk in at most delta of the draws (plus sampling slack)."""
+    from bnn_zoo.abstention import DENSITY
+    from bnn_zoo.calibration import density_cuts
+
+    risk, delta, draws = 0.2, 0.1, 100
+    cuts = density_cuts(density_like(population(5000, seed=20_000)[0], seed=20_000))
+    probs, labels = population(100_000, seed=10_000)
+    scores = density_like(probs, seed=10_000)
+    top, predicted = torch.quantile(probs, 0.5, dim=0).max(1)
+    wrong = predicted != labels
+    violated, gated = 0, 0
+    for seed in range(draws):
+        p, y = population(1000, seed)
+        rule = certify(p, y, risk, delta, max_refusal=0.3, signal=DENSITY, cuts=cuts, density=density_like(p, seed)).rule
+        gated += rule.signal == DENSITY
+        kept = (top >= rule.threshold) & (scores <= rule.cut if rule.signal else True)
+        violated += wrong[kept].float().mean().item() > risk
+        if seed == 0:  # the rule reads the scores it is given: the same refusals as computed here
+            assert torch.equal(rule(probs[:, :2000], scores[:2000]).refused, ~kept[:2000])
+    slack = 2 * math.sqrt(delta * (1 - delta) / draws)
+    assert violated / draws <= delta + slack and gated > draws / 2  # and the density gate was at work
+
+
+def test_a_density_gate_needs_its_scores_and_its_own_cuts():
+    from bnn_zoo.abstention import DENSITY
+    from bnn_zoo.calibration import density_cuts
+
+    probs, labels = population(200, seed=3)
+    rule = Rule(threshold=0.2, signal=DENSITY, cut=-5.0)  # minus a log density: a cut of any sign
+    scores = torch.linspace(-10, 10, 200)
+    assert torch.equal(rule(probs, scores).refused_by_gate, scores > -5.0)
+    with pytest.raises(ValueError, match="this rule's gate reads the feature density: pass density="):
+        rule(probs)
+    with pytest.raises(ValueError, match=r"one density score per input \(200\), got shape \(3,\)"):
+        rule(probs, scores[:3])
+    with pytest.raises(ValueError, match="a density gate's cuts are nats of its own scores"):
+        certify(probs, labels, 0.3, signal=DENSITY, density=scores)
+    cuts = density_cuts(scores)
+    assert cuts[0] == pytest.approx(float(scores.median()), abs=0.1) and cuts[-1] == math.inf
+    assert all(a < b for a, b in zip(cuts, cuts[1:])) and len(cuts) == 61
+
+
+def test_a_run_s_config_cannot_ask_for_a_density_gate_yet():
+    from bnn_zoo.errors import ConfigError
+    from bnn_zoo.resume import config_for_run
+
+    with pytest.raises(ConfigError, match="a feature-density gate is certified in Python"):
+        config_for_run("mnist_mlp", ["abstention.signal=feature_density"])

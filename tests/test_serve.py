@@ -454,3 +454,16 @@ def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_
     # other knobs or another sample count than the sets were certified with: no set, no promise
     for knobs in ({"samples": 5}, {"samples": 4, "threshold": 0.3}):
         assert "set" not in ask(client, path.read_bytes(), model=str(certified_run), **knobs).json()
+
+
+def test_a_density_gate_says_its_score_in_nats():
+    import torch
+
+    from bnn_zoo.abstention import DENSITY, Rule
+    from bnn_zoo.serve_answers import _judged
+
+    probs = torch.tensor([[[0.9] + [0.1 / 9] * 9]])
+    judged = _judged(probs, Rule(signal=DENSITY, cut=2.0), [str(c) for c in range(10)], torch.tensor([5.0]))
+    assert judged["answer"] is None and judged["refused_by"] == [DENSITY]
+    assert judged["why"] == "feature density 5 nats > 2"
+    assert _judged(probs, Rule(signal=DENSITY, cut=2.0), [str(c) for c in range(10)], torch.tensor([1.0]))["answer"] == 0
