@@ -81,7 +81,7 @@ def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta:
         x_train, y_train = run_split(trained.config, "train", data_root, DENSITY_INPUTS)
         entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
                                               max_refusal, quantile)
-        certified[TWIN] = {**{k: v for k, v in certified[TWIN].items() if k == "sets"}, **entry}
+        certified[TWIN] = {"sets": certified[TWIN]["sets"], **entry}  # its sets stay; the rule is the gated one
         if density is not None:
             save_atomic({"densities": {TWIN: density.state()}}, Path(run_dir) / DENSITIES)
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
