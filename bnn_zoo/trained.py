@@ -19,7 +19,8 @@ from .abstention import Rule
 from .bnn import BayesianNet
 from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, DENSITIES, HMC_SAMPLES, MEMBERS, PARTS,
                          TWIN_CHECKPOINT, TWIN_SCALED, digest, read, save_atomic, stored_config)
-from .config import make_config, pick_device
+from .config import make_config
+from .config_checks import pick_device
 from .errors import CheckpointError, ConfigError
 from .conformal import ConformalSets
 from .density import FeatureDensity
@@ -87,23 +88,25 @@ def shipped_names() -> list[str]:
 
 
 def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
-    """Write a run's posterior (config, guide means and scales in ``dtype``, prior buffers,
-    calibration) to ``folder/NAME.pt`` and its twin to ``folder/NAME_twin.pt`` (folder: the
-    package's posteriors); returns the paths."""
+    """Write a run's posterior (config, guide means and scales in ``dtype``, prior buffers, an
+    ensemble's members, calibration, feature densities) to ``folder/NAME.pt`` and its twins to
+    ``folder/NAME_twin.pt`` (folder: the package's posteriors); returns the paths."""
     run_dir, folder = Path(run_dir), Path(folder or SHIPPED)
-    problem = load(run_dir).calibration_problem
-    if problem:
-        raise CheckpointError(problem)
-    state = read(run_dir / CHECKPOINT)
+    trained = load(run_dir)
+    if trained.calibration_problem:
+        raise CheckpointError(trained.calibration_problem)
     small = lambda d: {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    states = [read(d / CHECKPOINT) for d in [run_dir, *member_dirs(run_dir, trained.config.train.members)]]
+    shipped = [{"run": s.get("run"), "epoch": s["epoch"], "model": s["model"], "guide": small(s["guide"])} for s in states]
+    densities = read(run_dir / DENSITIES)["densities"] if (run_dir / DENSITIES).is_file() else {}
     written = [folder / f"{name}.pt"]
-    save_atomic({"config": state["config"], "run": state.get("run"), "epoch": state["epoch"], "num_data": state["num_data"],
-                 "model": state["model"], "guide": small(state["guide"]),
-                 "calibration": read_calibration(run_dir / CALIBRATION)}, written[0])
-    if (run_dir / TWIN_CHECKPOINT).is_file():
+    save_atomic({"config": states[0]["config"], "num_data": states[0]["num_data"], **shipped[0], "members": shipped[1:],
+                 "calibration": read_calibration(run_dir / CALIBRATION), "densities": densities}, written[0])
+    twins = [d / TWIN_CHECKPOINT for d in [run_dir, *member_dirs(run_dir, len(states))]]
+    if all(path.is_file() for path in twins):
         written.append(folder / f"{name}_twin.pt")
-        twin = read(run_dir / TWIN_CHECKPOINT)
-        save_atomic({"run": twin.get("run"), "net": small(twin["net"])}, written[1])
+        nets = [{"run": t.get("run"), "net": small(t["net"])} for t in map(read, twins)]
+        save_atomic({**nets[0], "members": nets[1:]}, written[1])
     return written
 
 
@@ -113,13 +116,12 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
     ``device``: a torch.device, or auto, cpu, cuda, cuda:N."""
     device = pick_device(device) if isinstance(device, str) else device
     if not Path(run_dir).exists() and str(run_dir) in shipped_names():
-        state = read(SHIPPED / f"{run_dir}.pt", device)
-        twin = SHIPPED / f"{run_dir}_twin.pt"
-        return _assemble(state, SHIPPED / f"{run_dir}.pt", twin, device, None, state["calibration"])
+        return _shipped(str(run_dir), device)
     run_dir = Path(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
-    trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, run_dir / TWIN_CHECKPOINT,
-                        device, samples, read_calibration(run_dir / CALIBRATION))
+    twin = run_dir / TWIN_CHECKPOINT
+    trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, read(twin, device) if twin.is_file() else None,
+                        twin, device, samples, read_calibration(run_dir / CALIBRATION))
     for member in member_dirs(run_dir, trained.config.train.members):
         if not (member / CHECKPOINT).is_file():
             raise CheckpointError(f"{run_dir} is an ensemble of {trained.config.train.members}, but member "
@@ -127,8 +129,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
                                   f"resume={run_dir}")
         trained.members.append(load(member, device))
     if (run_dir / DENSITIES).is_file():
-        trained.densities = {part: FeatureDensity.from_state(state)
-                             for part, state in read(run_dir / DENSITIES, device)["densities"].items()}
+        trained.densities = _densities(read(run_dir / DENSITIES, device)["densities"])
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
         if trained.calibration_problem:  # fitted to other weights: not for these
@@ -167,8 +168,34 @@ def member_dirs(run_dir: Path, members: int) -> list[Path]:
     return [Path(run_dir) / MEMBERS / str(i) for i in range(1, members)]
 
 
-def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibration: dict) -> Trained:
-    """A Trained from a checkpoint's state (half-precision tensors of a shipped one made float)."""
+def _shipped(name: str, device) -> Trained:
+    """A shipped posterior (``ship``'s two files) with its members, twins and densities."""
+    path, twin_path = SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"
+    state = read(path, device)
+    twins = read(twin_path, device) if twin_path.is_file() else None
+    members, twin_members = state.get("members", []), twins.get("members", []) if twins else []
+    if twins is not None and (len(twin_members) != len(members) or
+                              not all(isinstance(t, dict) and isinstance(t.get("net"), dict) for t in twin_members)):
+        raise CheckpointError(f"{twin_path} does not hold a twin for each of the {1 + len(members)} members of "
+                              f"{path}: ship them again together (scripts/ship_posterior.py)")
+    trained = _assemble(state, path, twins, twin_path, device, None, state["calibration"])
+    for i, member in enumerate(members):
+        if not isinstance(member, dict) or any(key not in member for key in ("epoch", "model", "guide")):
+            raise CheckpointError(f"{path}'s member {i + 1} lacks its epoch, model or guide: ship it again "
+                                  "(scripts/ship_posterior.py)")
+        own = {"config": state["config"], "num_data": state["num_data"], **member}
+        trained.members.append(_assemble(own, path, twin_members[i] if twins else None, twin_path, device, None, {}))
+    trained.densities = _densities(state.get("densities", {}))
+    return trained
+
+
+def _densities(states: dict) -> dict[str, FeatureDensity]:
+    return {part: FeatureDensity.from_state(state) for part, state in states.items()}
+
+
+def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path, device, samples,
+              calibration: dict) -> Trained:
+    """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float)."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     config = stored_config(state, path)
     try:
@@ -183,8 +210,7 @@ def _assemble(state: dict, path: Path, twin_path: Path, device, samples, calibra
     _load_state(guide, full(state["guide"]), path)
     model.eval(), guide.eval()
     twin = None
-    if twin_path.is_file():
-        twin_state = read(twin_path, device)
+    if twin_state is not None:
         if twin_state.get("run") != state.get("run"):
             raise CheckpointError(f"{twin_path} is the twin of another run than {path} (their run ids "
                                   "differ): delete it, or train the twin again with this run")

@@ -312,5 +312,24 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     assert predict_main([str(run), *(str(tmp_path / f"{i}.png") for i in range(4)), "--posterior", "twin", "--json"]) == 0
     answers = json.loads(capsys.readouterr().out)
     assert [a["answer"] is None for a in answers] == refused[:4].tolist()
+    shipped_gate = _shipped(run, tmp_path / "posteriors")  # shipped, the gate keeps its density
+    shipped_twin = posteriors(shipped_gate)["twin"]
+    assert torch.equal(shipped_gate.densities["twin"].score(feats), density.score(feats))
+    again = shipped_gate.rules["twin"](shipped_twin.predict(test), shipped_gate.densities["twin"].score(shipped_twin.features(test)))
+    assert (again.refused != refused).float().mean() <= 0.01  # half-precision weights move a rare border case
     assert main(args) == 0 and not (run / DENSITIES).exists()  # back to the entropy gate
     assert load(run).rules["twin"].signal == "entropy" and load(run).densities == {}
+
+
+def _shipped(run, folder):
+    """``run`` shipped into ``folder`` as "shipped", and loaded back by that name."""
+    from bnn_zoo import trained
+
+    folder.mkdir()
+    original = trained.SHIPPED
+    trained.SHIPPED = folder
+    try:
+        trained.ship(run, "shipped")
+        return load("shipped", DEVICE)
+    finally:
+        trained.SHIPPED = original

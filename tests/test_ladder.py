@@ -7,10 +7,10 @@ import torch
 from conftest import SHARED_DATA, SMALL, ZOO, example_batch, tiny_config
 
 from bnn_zoo import build, load, make_twin, predict
-from bnn_zoo.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS
+from bnn_zoo.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
 from bnn_zoo.cost import Cost
 from bnn_zoo.data import load_splits
-from bnn_zoo.errors import ConfigError
+from bnn_zoo.errors import CheckpointError, ConfigError
 from bnn_zoo.ladder import (
     BAYES,
     HMC,
@@ -175,6 +175,31 @@ def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(
         calibration = json.loads((run_dir / CALIBRATION).read_text())
         assert calibration[BAYES]["samples"] == 4 and calibration[TWIN]["samples"] == 4
         assert calibration[TWIN]["rule"]["signal"] == "mutual_information"  # MC dropout is sampled
+
+
+def test_a_shipped_ensemble_answers_as_its_run(ensembles, tmp_path, monkeypatch):
+    """ship() carries every member's guide and twin: the shipped mixture predicts as the run's."""
+    from bnn_zoo import trained as trained_module
+
+    run_dir, _ = ensembles["mnist_mlp"]
+    monkeypatch.setattr(trained_module, "SHIPPED", tmp_path)
+    paths = trained_module.ship(run_dir, "ens")
+    assert [p.name for p in paths] == ["ens.pt", "ens_twin.pt"]
+    run, shipped = load(run_dir), load("ens")
+    assert len(shipped.members) == 1 and shipped.rules == run.rules
+    x = torch.randn(20, 1, 28, 28)
+    for part in (BAYES, TWIN):
+        pyro.set_rng_seed(1)
+        a = posteriors(run)[part].predict(x, 6)
+        pyro.set_rng_seed(1)
+        b = posteriors(shipped)[part].predict(x, 6)
+        assert posteriors(shipped)[part].label == posteriors(run)[part].label
+        assert (a - b).abs().max() < 0.03  # the members' half-precision weights move the mixture by little
+    twins = torch.load(paths[1], weights_only=True)
+    del twins["members"][0]["net"]
+    save_atomic(twins, paths[1])  # a whole file (its digest right) that lacks a member's twin
+    with pytest.raises(CheckpointError, match="ens_twin.pt does not hold a twin for each of the 2 members"):
+        load("ens")
 
 
 def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
