@@ -30,7 +30,7 @@ from .calibration import NotCertified, certify, check_settings, density_cuts
 from .conformal import SCORES as SET_SCORES, calibrate_sets
 from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, PARTS, TWIN, TWIN_SCALED, save_atomic
 from .trained import Trained, certified_weights, load
-from .config import pick_device
+from .config_checks import pick_device
 from .data import run_split
 from .errors import ConfigError
 from .likelihoods import Categorical

@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-import torch
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config_checks import HIDDEN, check, check_device_name, recipe, short_quotes, show
+from .config_checks import HIDDEN, check, recipe, short_quotes, show
 from .errors import ConfigError
+from .zoo import CLASSIFIER_DATA
 
 
 @dataclass
@@ -54,14 +54,30 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    # mnist, fashion_mnist (classifiers) or polynomial, sinusoid (toy_mlp); null: the
+    # mnist, fashion_mnist (classifiers), polynomial, sinusoid (toy_mlp), or your own (bnn_zoo.own_data):
+    # folder (a subfolder of images per class), tensors (.pt or .npz of x and y) or csv; null: the
     # architecture's default.
     name: Optional[str] = None
     # Folder holding <Name>/raw/ as torchvision lays it out; null: $BNN_ZOO_DATA, else ./data.
     root: Optional[str] = None
     download: bool = True
-    # Images held out of the training set for validation and threshold calibration.
-    val_size: int = 5000
+    # Your own data: its folder or file; its test set's (null: PATH/test beside PATH/train, else a fifth held out)
+    path: Optional[str] = None
+    test_path: Optional[str] = None
+    # folder: images resized to image_size x image_size (null: as they are, one size), 1 (gray) or 3 (RGB) channels
+    image_size: Optional[int] = None
+    channels: int = 1
+    target: Optional[str] = None  # csv: the target column (null: the last)
+    ood: Dict[str, str] = field(default_factory=dict)  # {name: folder of images} evaluate and the scoreboard score
+    # Found in your own data's training split when a run starts; its checkpoint answers without the data
+    input_shape: Optional[List[int]] = None
+    classes: Optional[List[str]] = None
+    features: Optional[List[str]] = None  # csv: the feature columns the network reads, in order
+    mean: Optional[List[float]] = None
+    std: Optional[List[float]] = None
+    # Examples held out of the training set for validation and threshold calibration (null: 5000 of
+    # MNIST's, a fifth of your own data's).
+    val_size: Optional[int] = None
     # Use only the first N training / test images (quick runs and tests); null: all.
     train_limit: Optional[int] = None
     test_limit: Optional[int] = None
@@ -276,24 +292,8 @@ def resolved(cfg: DictConfig) -> DictConfig:
         cfg.model.hidden = list(spec.default_hidden)
     if cfg.data.name is None:
         cfg.data.name = spec.datasets[0]
+    if cfg.data.val_size is None and cfg.data.name in CLASSIFIER_DATA:
+        cfg.data.val_size = 5000
     if cfg.run_dir is None:  # a network by name: runs/<its factory's name>
         cfg.run_dir = f"runs/{cfg.arch.rpartition(':')[2]}"
     return cfg
-
-
-def pick_device(name: str) -> torch.device:
-    """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N, mps."""
-    check_device_name(name)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    kind, _, index = name.partition(":")
-    if kind != "cpu" and not (torch.cuda if kind == "cuda" else torch.backends.mps).is_available():
-        raise ConfigError(f"bad config key 'device': {name} asked for but {kind.upper()} is not available; "
-                          "use device=auto or device=cpu")
-    count = torch.cuda.device_count()
-    if index and int(index) >= count:
-        raise ConfigError(f"bad config key 'device': {name} asked for but this machine has {count} CUDA "
-                          f"device(s); use cuda:0 to cuda:{count - 1}")
-    return torch.device(name)
-
-

@@ -6,9 +6,11 @@ Usage: ``check(cfg)  # ConfigError("bad config key 'train.lr': must be a positiv
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .abstention import DENSITY
@@ -18,6 +20,7 @@ from .conformal import SCORES as SET_SCORES
 from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
+from .own_data import OWN_DATA, ROWS
 from .priors import PRIORS
 from .zoo import ARCHITECTURES, Recipe, architecture
 
@@ -42,7 +45,7 @@ HIDDEN = "give one or more whole positive widths (for example [400, 400]), or nu
 
 COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
 # The whole-number keys: (least, most); null, where allowed, means a default
-WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.train_limit": COUNT, "data.test_limit": COUNT,
+WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.image_size": COUNT, "data.channels": (1, 3), "data.train_limit": COUNT, "data.test_limit": COUNT,
          "train.epochs": COUNT, "train.batch_size": COUNT, "train.lr_step": COUNT, "train.num_particles": COUNT,
          "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
          "train.twin_epochs": COUNT, "train.members": COUNT, "mcmc.num_samples": COUNT,
@@ -60,9 +63,13 @@ FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "tra
 def check(cfg: DictConfig) -> None:
     """What types cannot say: names from a list, ranges, and keys that must agree."""
     spec = recipe(cfg)
-    if cfg.data.name is not None and cfg.data.name not in spec.datasets:
+    suits = (*spec.datasets, *(OWN_DATA if spec.likelihood == "categorical" else ROWS))  # a folder holds classes
+    if cfg.data.name is not None and cfg.data.name not in suits:
         raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
-                          f"{cfg.arch}; choose one of {', '.join(spec.datasets)}")
+                          f"{cfg.arch}; choose one of {', '.join(suits)}")
+    if cfg.data.name in OWN_DATA and not cfg.data.path:
+        raise ConfigError(f"bad config key 'data.path': data.name={cfg.data.name} reads your own data; give "
+                          "its folder or file as data.path=PATH")
     if cfg.model.hidden is not None and not spec.has_hidden:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
     if cfg.train.twin_dropout and cfg.arch not in ARCHITECTURES:
@@ -82,6 +89,8 @@ def check(cfg: DictConfig) -> None:
         if value is not None and not least <= value <= most:
             raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
                               f"got {show(value)}")
+    if cfg.data.channels == 2:
+        raise ConfigError("bad config key 'data.channels': choose 1 (gray) or 3 (RGB), not 2")
     for key in POSITIVE:
         value = OmegaConf.select(cfg, key)
         if value is not None and not 0 < value < float("inf"):
@@ -123,15 +132,20 @@ def check(cfg: DictConfig) -> None:
 
 def recipe(cfg: DictConfig) -> Recipe:
     """The recipe ``cfg.arch`` names (with ``model.kwargs`` and ``model.likelihood`` for a network by
-    name, imported here), or a ConfigError that says why there is none."""
+    name, imported here; for your own data, its input shape and classes), or a ConfigError that says
+    why there is none."""
     kwargs = OmegaConf.to_container(cfg.model.kwargs)
     if cfg.model.likelihood not in (None, "categorical", "gaussian"):
         raise ConfigError(f"bad config key 'model.likelihood': choose categorical or gaussian (or null), not "
                           f"{show(cfg.model.likelihood)}")
     try:
-        return architecture(cfg.arch, kwargs, cfg.model.likelihood)
+        spec = architecture(cfg.arch, kwargs, cfg.model.likelihood)
     except ValueError as err:
         raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
+    if cfg.data.input_shape is None:
+        return spec
+    classes = spec.classes if cfg.data.classes is None else len(cfg.data.classes)  # your own data's
+    return replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
 
 
 def check_device_name(name: str) -> None:
@@ -139,3 +153,19 @@ def check_device_name(name: str) -> None:
     if not DEVICES.fullmatch(name):
         raise ConfigError(f"bad config key 'device': {show(name)} is not a device; choose auto, cpu, cuda, "
                           "cuda:N or mps")
+
+
+def pick_device(name: str) -> torch.device:
+    """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N, mps."""
+    check_device_name(name)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind, _, index = name.partition(":")
+    if kind != "cpu" and not (torch.cuda if kind == "cuda" else torch.backends.mps).is_available():
+        raise ConfigError(f"bad config key 'device': {name} asked for but {kind.upper()} is not available; "
+                          "use device=auto or device=cpu")
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise ConfigError(f"bad config key 'device': {name} asked for but this machine has {count} CUDA "
+                          f"device(s); use cuda:0 to cuda:{count - 1}")
+    return torch.device(name)

@@ -1,4 +1,5 @@
-"""Data sets as whole tensors: MNIST/FashionMNIST (torchvision), notMNIST, white noise, toy curves.
+"""Data sets as whole tensors: MNIST/FashionMNIST (torchvision), toy curves,
+and your own folder, tensor file or table (``bnn_zoo.own_data``).
 
 Usage: ``splits = load_splits(cfg, device)  # splits.train.x, .val, .test, all normalized``
 """
@@ -7,13 +8,16 @@ from __future__ import annotations
 import gzip
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import torch
+from omegaconf import DictConfig
 
+from .config_checks import recipe
 from .errors import DataError
+from .own_data import OWN_DATA, Found, read_images, read_own
 
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -55,6 +59,10 @@ class Splits:
     train: TensorSet
     val: Optional[TensorSet]
     test: TensorSet
+    found: Optional[Found] = field(default=None)  # your own data: what the training split showed
+
+    def to(self, device) -> "Splits":
+        return Splits(self.train.to(device), self.val and self.val.to(device), self.test.to(device), self.found)
 
 
 def data_root(root: Optional[str] = None) -> Path:
@@ -78,7 +86,7 @@ def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
     raw = root_path / folder / "raw"
     prefix = "train" if train else "t10k"
     stems = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
-    if not all(_find_idx(raw, stem) for stem in stems):
+    if not all(find_idx(raw, stem) for stem in stems):
         if not download:
             raise _missing(folder, root_path, "downloads are off (data.download=false)")
         from torchvision import datasets
@@ -87,7 +95,7 @@ def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
             getattr(datasets, folder)(str(root_path), train=train, download=True)
         except Exception as err:  # network errors come as URLError, OSError, RuntimeError...
             raise _missing(folder, root_path, f"the download failed: {err}") from None
-    image_file, label_file = (_find_idx(raw, stem) for stem in stems)
+    image_file, label_file = (find_idx(raw, stem) for stem in stems)
     images, labels = read_idx(image_file), read_idx(label_file)
     if images.dim() != 3 or images.shape[1:] != (28, 28):
         raise DataError(f"{image_file} holds images of shape {tuple(images.shape)}, not N x 28 x 28")
@@ -128,58 +136,11 @@ def read_idx(path: str | Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw[start:]), dtype=torch.uint8).reshape(shape)
 
 
-def _find_idx(folder: Path, stem: str) -> Optional[Path]:
+def find_idx(folder: Path, stem: str) -> Optional[Path]:
     for name in (stem, stem + ".gz"):
         if (folder / name).is_file():
             return folder / name
     return None
-
-
-def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> torch.Tensor:
-    """notMNIST letters as uint8 [N, 28, 28] (white glyph on black).
-
-    Reads ``ROOT/notMNIST/raw/t10k-images-idx3-ubyte[.gz]`` (MNIST's format), or the original
-    layout: folders ``A``..``J`` of PNG images under ``ROOT/notMNIST`` or ROOT itself.
-    """
-    base = data_root(root)
-    for folder in (base / "notMNIST" / "raw", base / "notMNIST", base):
-        idx_file = _find_idx(folder, "t10k-images-idx3-ubyte")
-        if idx_file:
-            return read_idx(idx_file)
-        if (folder / "A").is_dir():
-            return read_png_folders(folder, skip_unreadable)
-    raise DataError(f"notMNIST not found under {base.resolve()}: expected "
-                    "notMNIST/raw/t10k-images-idx3-ubyte[.gz] or folders A..J of PNG images. "
-                    f"Point at it with data.root=DIR or {DATA_ENV}=DIR.")
-
-
-def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tensor:
-    """Images from class folders (``A``..``J``), as grayscale 28x28 uint8."""
-    from PIL import Image, UnidentifiedImageError
-
-    images, bad = [], []
-    files = sorted(p for d in sorted(folder.iterdir()) if d.is_dir() for p in d.iterdir())
-    for path in files:
-        try:
-            with Image.open(path) as img:
-                img = img.convert("L")
-                if img.size != (28, 28):
-                    img = img.resize((28, 28), Image.BILINEAR)
-                images.append(torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8))
-        except (UnidentifiedImageError, OSError, ValueError):
-            bad.append(path)
-    if bad and not skip_unreadable:
-        raise DataError(f"{len(bad)} unreadable image(s) in {folder}, first: {bad[0]}. "
-                        "Delete them, or pass skip_unreadable=True to leave them out.")
-    if not images:
-        raise DataError(f"no readable images in the class folders of {folder}")
-    return torch.stack(images).reshape(-1, 28, 28)
-
-
-def white_noise(n: int, seed: int = 0) -> torch.Tensor:
-    """Seeded uniform noise with MNIST's shape and value range: uint8 [n, 28, 28]."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (n, 28, 28), dtype=torch.uint8, generator=g)
 
 
 # Toy regression sets: name -> (true function, observed inputs or a rule for them, noise sd)
@@ -227,20 +188,28 @@ def validation_split(n: int, val_size: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def run_split(cfg, part: str, root: str | None = None, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A torchvision run's ``train`` split (as it trained: at most ``data.train_limit``) or ``val``
-    split, the first ``limit`` of it, as normalized images and labels, never the test set; ``root``
-    defaults to the config's."""
-    images, labels = load_torchvision(cfg.data.name, root or cfg.data.root, train=True, download=cfg.data.download)
+    """A classifier run's ``train`` split (as it trained: at most ``data.train_limit``), ``val`` split
+    or ``test`` set, the first ``limit`` of it, as normalized inputs and labels; ``root`` defaults to
+    the config's."""
+    if cfg.data.name in OWN_DATA:
+        found = load_splits(cfg)
+        chosen = {"train": found.train, "val": found.val, "test": found.test}[part]
+        return chosen.x[:limit], chosen.y[:limit]
+    images, labels = load_torchvision(cfg.data.name, root or cfg.data.root, train=part != "test", download=cfg.data.download)
+    if part == "test":
+        return normalize(images[:limit]), labels[:limit]
     train_idx, val_idx = validation_split(len(images), cfg.data.val_size)
     idx = {"train": train_idx[:cfg.data.train_limit], "val": val_idx}[part][:limit]
     return normalize(images[idx]), labels[idx]
 
 
-def load_splits(cfg, device="cpu") -> Splits:
+def load_splits(cfg: DictConfig, device="cpu") -> Splits:
     """Train / validation / test tensors for a resolved config, on ``device``."""
     d = cfg.data
     if d.name in TOY_FUNCTIONS:
         return Splits(toy_data(d.name, cfg.seed).to(device), None, toy_test(d.name).to(device))
+    if d.name in OWN_DATA:
+        return _own_splits(cfg).to(device)
     x, y = load_torchvision(d.name, d.root, train=True, download=d.download)
     xt, yt = load_torchvision(d.name, d.root, train=False, download=d.download)
     if d.val_size >= len(x):
@@ -253,3 +222,75 @@ def load_splits(cfg, device="cpu") -> Splits:
     val = TensorSet(normalize(x[val_idx]), y[val_idx]).to(device) if d.val_size else None
     return Splits(TensorSet(normalize(x[train_idx]), y[train_idx]).to(device), val,
                   TensorSet(normalize(xt), yt).to(device))
+
+
+def _own_splits(cfg: DictConfig) -> Splits:
+    """Your own data's splits, normalized with the statistics of its training split (the config's,
+    where the run already holds them: they must describe the same classes and shapes)."""
+    d = cfg.data
+    train, test = read_own(cfg, recipe(cfg).likelihood == "categorical")
+    val_size = d.val_size if d.val_size is not None else len(train.y) // 5
+    if val_size >= len(train.y):
+        raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")
+    train_idx, val_idx = validation_split(len(train.y), val_size)
+    train_idx = train_idx[:d.train_limit] if d.train_limit else train_idx
+    found, stored = Found.of(train.x[train_idx], train.classes, train.features), found_of(cfg)
+    if stored is not None:  # the run's own statistics, for the data it trained on
+        if (stored.input_shape, stored.classes, stored.features) != (found.input_shape, found.classes, found.features):
+            raise DataError(f"{d.path} now holds inputs {found.input_shape} of classes {found.classes}, where the run "
+                            f"trained on {stored.input_shape} of {stored.classes}: point data.path at that data")
+        found = stored
+    part = lambda ex, idx: TensorSet(found.normalize(ex.x[idx]), ex.y[idx])  # noqa: E731
+    test_idx = torch.arange(len(test.y))[:d.test_limit]
+    return Splits(part(train, train_idx), part(train, val_idx) if val_size else None, part(test, test_idx), found)
+
+
+def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
+    """``cfg`` holding what its own data's training split showed (input shape, classes,
+    normalization, validation size), so its checkpoint answers without the data."""
+    if splits.found is None:
+        return cfg
+    cfg = cfg.copy()
+    f = splits.found
+    cfg.data.input_shape, cfg.data.classes, cfg.data.mean, cfg.data.std = f.input_shape, f.classes, f.mean, f.std
+    cfg.data.features = f.features
+    cfg.data.val_size = 0 if splits.val is None else len(splits.val)
+    cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
+    if cfg.data.test_path:
+        cfg.data.test_path = str(Path(cfg.data.test_path).expanduser().resolve())
+    return cfg
+
+
+def found_of(cfg: DictConfig) -> Optional[Found]:
+    """What a run on your own data found in its training split (None: MNIST's statistics, or a
+    run that has not begun)."""
+    d = cfg.data
+    if d.mean is None:
+        return None
+    listed = lambda v: None if v is None else list(v)  # noqa: E731
+    return Found(list(d.input_shape), listed(d.classes), list(d.mean), list(d.std), listed(d.features))
+
+
+def class_names(cfg: DictConfig) -> list[str]:
+    """What each class of a classifier run is called: its data's names, or its class numbers."""
+    d = cfg.data
+    return list(d.classes) if d.classes is not None else CLASS_NAMES.get(d.name, [str(k) for k in range(10)])
+
+
+def pixel_inputs(cfg: DictConfig, images: torch.Tensor) -> torch.Tensor:
+    """uint8 28x28 images [N, 28, 28] (MNIST's format: the OOD sets, the page's drawings) as a
+    run's network sees them; a DataError where the run takes other inputs."""
+    found = found_of(cfg)
+    return normalize(images) if found is None else found.normalize(images.float().unsqueeze(1) / 255.0)
+
+
+def image_inputs(cfg: DictConfig, files: list[Path], where: str) -> torch.Tensor:
+    """Image files (a folder run's kind) read at the run's size and channels, normalized with its
+    statistics (a MNIST run: 28x28 gray, MNIST's)."""
+    found = found_of(cfg)
+    if found is None:
+        return (read_images(files, (28, 28), 1, where) - MNIST_MEAN) / MNIST_STD
+    if len(found.input_shape) != 3:
+        raise DataError(f"this run reads rows of {found.input_shape[0]} features, not images: give it a CSV or tensors")
+    channels, height, width = found.input_shape
+    return found.normalize(read_images(files, (height, width), channels, where))

@@ -8,6 +8,7 @@ Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise]
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -19,10 +20,11 @@ import torch
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
 from .trained import Trained, load
-from .config import pick_device
+from .config_checks import pick_device
 from .conformal import ConformalSets
 from .cost import Cost as Measure
-from .data import load_torchvision, normalize
+from .data import image_inputs, pixel_inputs, run_split
+from .own_data import image_files
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
@@ -101,15 +103,15 @@ def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule, sets:
 
 def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
                         test_size: int | None) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
-    """A trained classifier run, its data root, and its test set (uint8 images, labels)."""
+    """A trained classifier run, its data root, and its test set (normalized inputs, labels)."""
     trained = load(run_dir, pick_device(device))
     cfg = trained.config
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
                           "metrics.json")
     root = data_root or cfg.data.root
-    images, labels = load_torchvision(cfg.data.name, root, train=False, download=cfg.data.download)
-    return trained, root, images[:test_size], labels[:test_size]
+    x, labels = run_split(cfg, "test", root, test_size)
+    return trained, root, x, labels
 
 
 @pyro.settings.context(module_local_params=True)
@@ -120,11 +122,11 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
     ``bnn_zoo.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
-    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size)
+    trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
-    ood = DEFAULT_OOD[trained.config.data.name] if ood is None else ood
+    ood = default_ood(trained.config) if ood is None else ood
     with seeded(seed, trained.device):
-        results, skipped = _evaluate(trained, rules, normalize(images).to(trained.device), labels, ood, ood_size,
+        results, skipped = _evaluate(trained, rules, x.to(trained.device), labels, ood, ood_size,
                                      num_samples, root, seed)
     return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
 
@@ -146,12 +148,12 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
         in_probs[part], labels, rules[part], trained.sets.get(part), refs.sets.get(part),
         gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
     skipped = {}
-    for name in ood:
+    for entry in ood:
+        name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
         try:
             size = ood_size[name] if isinstance(ood_size, dict) else ood_size
-            images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (
-                ood_images(name, root, size, seed), None)
-            x = normalize(images).to(trained.device)
+            x, pairs = ood_inputs(trained.config, entry, root, size, seed)
+            x = x.to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
             print(f"skipping {name}: {err}", file=sys.stderr)
@@ -163,6 +165,30 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, rules[part], trained.sets.get(part), seed, gate)
     return results, skipped
+
+
+def default_ood(cfg) -> tuple[str, ...]:
+    """The OOD sets a run is scored on by default: its data's (``DEFAULT_OOD``) and its
+    ``data.ood`` folders, as NAME=FOLDER."""
+    return (*DEFAULT_OOD.get(cfg.data.name, ()), *(f"{name}={folder}" for name, folder in cfg.data.ood.items()))
+
+
+def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An OOD set as the run's network sees it, and the overlaid set's digit pairs: a named set
+    (``bnn_zoo.ood``), or NAME=FOLDER, the first ``size`` images of a folder (and its subfolders)."""
+    name, _, folder = name.partition("=")
+    if folder:
+        return image_inputs(cfg, image_files(Path(folder).expanduser())[:size], folder), None
+    images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
+    return pixel_inputs(cfg, images), pairs
+
+
+def ood_name(text: str) -> str:
+    """An --ood entry: a named set, or NAME=FOLDER of images."""
+    name, _, folder = text.partition("=")
+    if name not in OOD_SETS and not (folder and name):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither an OOD set ({', '.join(OOD_SETS)}) nor NAME=FOLDER")
+    return text
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -196,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_rule_options(parser)
     cli.add_data_options(parser)
     parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json)")
-    parser.add_argument("--ood", nargs="*", default=None, choices=OOD_SETS,
-                        help="OOD sets (default: notmnist noise fashion_mnist; for a FashionMNIST run "
-                             "mnist notmnist noise)")
+    parser.add_argument("--ood", nargs="*", default=None, type=ood_name,
+                        help=f"OOD sets: {', '.join(OOD_SETS)}, or NAME=FOLDER of images (default: notmnist noise "
+                             "fashion_mnist; a FashionMNIST run: mnist notmnist noise; and the run's data.ood)")
     args = parser.parse_args(argv)
 
     def command() -> int:

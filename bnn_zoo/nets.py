@@ -30,16 +30,19 @@ class MLP(nn.Module):
 
 
 class LeNet5(nn.Module):
-    """LeNet-5 for 1x28x28 inputs: conv 6@5x5 (padded to 28x28), pool, conv 16@5x5, pool, 120-84-10.
-    ``dropout``: rate after each hidden fully connected layer."""
+    """LeNet-5 for square images (1x28x28 unless given): conv 6@5x5 (padded), pool, conv 16@5x5,
+    pool, 120-84-classes. ``dropout``: rate after each hidden fully connected layer."""
 
-    def __init__(self, num_classes: int = 10, dropout: float = 0.0):
+    def __init__(self, num_classes: int = 10, dropout: float = 0.0, in_channels: int = 1, size: int = 28):
         super().__init__()
+        side = (size // 2 - 4) // 2  # after the padded conv, a pool, the 5x5 conv and a pool
+        if side < 1:
+            raise ValueError(f"LeNet-5 takes images of at least 12x12, got {size}x{size}")
         self.features = nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(in_channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
         self.classifier = nn.Sequential(
-            nn.Linear(16 * 5 * 5, 120), nn.ReLU(), *_dropout(dropout), nn.Linear(120, 84), nn.ReLU(),
+            nn.Linear(16 * side * side, 120), nn.ReLU(), *_dropout(dropout), nn.Linear(120, 84), nn.ReLU(),
             *_dropout(dropout), nn.Linear(84, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

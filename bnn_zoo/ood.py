@@ -15,12 +15,14 @@ Usage: ``images = ood_images("rotated", root, size=2000)``
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Optional
 
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from .data import load_notmnist, load_torchvision, white_noise
+from .data import DATA_ENV, data_root, find_idx, load_torchvision, read_idx
+from .errors import DataError
 from .images import centred
 
 FAR = ("notmnist", "fashion_mnist", "mnist", "noise")
@@ -131,3 +133,49 @@ def scribbles(size: int, g: torch.Generator) -> torch.Tensor:
         images.append(drawing(strokes))
     return torch.stack(images)
 
+
+def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> torch.Tensor:
+    """notMNIST letters as uint8 [N, 28, 28] (white glyph on black).
+
+    Reads ``ROOT/notMNIST/raw/t10k-images-idx3-ubyte[.gz]`` (MNIST's format), or the original
+    layout: folders ``A``..``J`` of PNG images under ``ROOT/notMNIST`` or ROOT itself.
+    """
+    base = data_root(root)
+    for folder in (base / "notMNIST" / "raw", base / "notMNIST", base):
+        idx_file = find_idx(folder, "t10k-images-idx3-ubyte")
+        if idx_file:
+            return read_idx(idx_file)
+        if (folder / "A").is_dir():
+            return read_png_folders(folder, skip_unreadable)
+    raise DataError(f"notMNIST not found under {base.resolve()}: expected "
+                    "notMNIST/raw/t10k-images-idx3-ubyte[.gz] or folders A..J of PNG images. "
+                    f"Point at it with data.root=DIR or {DATA_ENV}=DIR.")
+
+
+def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tensor:
+    """Images from class folders (``A``..``J``), as grayscale 28x28 uint8."""
+    from PIL import Image, UnidentifiedImageError
+
+    images, bad = [], []
+    files = sorted(p for d in sorted(folder.iterdir()) if d.is_dir() for p in d.iterdir())
+    for path in files:
+        try:
+            with Image.open(path) as img:
+                img = img.convert("L")
+                if img.size != (28, 28):
+                    img = img.resize((28, 28), Image.BILINEAR)
+                images.append(torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8))
+        except (UnidentifiedImageError, OSError, ValueError):
+            bad.append(path)
+    if bad and not skip_unreadable:
+        raise DataError(f"{len(bad)} unreadable image(s) in {folder}, first: {bad[0]}. "
+                        "Delete them, or pass skip_unreadable=True to leave them out.")
+    if not images:
+        raise DataError(f"no readable images in the class folders of {folder}")
+    return torch.stack(images).reshape(-1, 28, 28)
+
+
+def white_noise(n: int, seed: int = 0) -> torch.Tensor:
+    """Seeded uniform noise with MNIST's shape and value range: uint8 [n, 28, 28]."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, 28, 28), dtype=torch.uint8, generator=g)

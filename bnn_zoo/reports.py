@@ -68,26 +68,26 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> RejectionReport:
     """Refusals on MNIST test and an OOD set for a trained run, each model under its rule (see
     ``Trained.rules_for``); writes JSON and plots to out_dir."""
-    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size)
+    trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     device = trained.device
     labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    ood_raw = ood_images(ood, root, ood_size, seed)
+    ood_x = normalize(ood_images(ood, root, ood_size, seed)).to(device)
     with seeded(seed, device):
-        in_probs = sampled_probs(trained, normalize(images).to(device), num_samples)
-        ood_probs = sampled_probs(trained, normalize(ood_raw).to(device), num_samples)
+        in_probs = sampled_probs(trained, x.to(device), num_samples)
+        ood_probs = sampled_probs(trained, ood_x, num_samples)
 
     refusals = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
                             ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}
-    report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_raw), refusals)
+    report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_x), refusals)
     write_atomic(out_dir / f"reject_{ood}.json", json.dumps(report.to_dict(), indent=2))
-    _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rules[BAYES], grid)
+    _draw(out_dir, ood, x[:, 0].cpu(), labels, ood_x[:, 0].cpu(), in_probs, ood_probs, rules[BAYES], grid)
     return report
 
 
-def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid):
+def _draw(out_dir, ood, images, labels, ood_x, in_probs, ood_probs, rule, grid):
     bayes = in_probs[BAYES]
     quantile, threshold = rule.quantile, rule.threshold
     decision = rule(bayes)
@@ -102,11 +102,11 @@ def _draw(out_dir, ood, images, labels, ood_raw, in_probs, ood_probs, rule, grid
     ood_decision = rule(ood_probs[BAYES][:, :n_ood])
     titles += [f"{OOD_TITLES.get(ood, ood)}: " + ("Refused" if r else f"said {p}")
                for r, p in zip(ood_decision.refused.tolist(), ood_decision.prediction.tolist())]
-    plots.sample_histograms(torch.cat([images[picks], ood_raw[:n_ood]]),
+    plots.sample_histograms(torch.cat([images[picks], ood_x[:n_ood]]),
                             torch.cat([bayes[:, picks], ood_probs[BAYES][:, :n_ood]], 1),
                             quantile, threshold, titles, out_dir / "histograms.png")
     twin = ood_probs[TWIN][0, :n_ood] if TWIN in ood_probs else None
-    plots.mean_prob_bars(ood_raw[:n_ood], ood_probs[BAYES][:, :n_ood].mean(0), twin, threshold,
+    plots.mean_prob_bars(ood_x[:n_ood], ood_probs[BAYES][:, :n_ood].mean(0), twin, threshold,
                          out_dir / "mean_probabilities.png")
     thresholds = torch.linspace(0, 1, 101)
     curves, risks, reliab = {}, {}, {}

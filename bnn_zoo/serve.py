@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from . import cli
-from .data import white_noise
+from .ood import white_noise
 from .errors import UserError
 from .images import load_image
 from .ood import drawing, glyph, matplotlib_font

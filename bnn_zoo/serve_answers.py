@@ -13,8 +13,8 @@ import pyro
 import torch
 
 from .abstention import DENSITY, SIGNALS, Rule, uncertainty
-from .config import pick_device
-from .data import CLASS_NAMES, normalize
+from .config_checks import pick_device
+from .data import class_names, found_of, pixel_inputs
 from .errors import UserError
 from .ladder import Posterior, gate_density, posteriors
 from .likelihoods import Categorical
@@ -70,9 +70,12 @@ class Answerer:
                 if not isinstance(trained.model.likelihood, Categorical):
                     raise UserError(f"{name} is a regression run; the page classifies images")
                 trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
+                found = found_of(trained.config)
+                if found is not None and found.input_shape != [1, 28, 28]:
+                    raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
+                                    "images: answer its inputs with python -m bnn_zoo.predict")
                 held = posteriors(trained)
-                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"),
-                                           CLASS_NAMES[trained.config.data.name])
+                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"), class_names(trained.config))
             return self._models[name]
 
     def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
@@ -93,7 +96,7 @@ class Answerer:
                          for part, r in certified.items()}
             except ValueError as err:
                 raise BadRequest(str(err)) from None
-            x = normalize(pixels[None]).to(model.trained.device)
+            x = pixel_inputs(model.trained.config, pixels[None]).to(model.trained.device)
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None

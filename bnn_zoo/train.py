@@ -15,6 +15,7 @@ Usage::
     python -m bnn_zoo.train toy_mlp infer=nuts                 # and NUTS, plotted beside VI
     python -m bnn_zoo.train resume=runs/x train.epochs=30      # continue a run, on a longer plan
     python -m bnn_zoo.train mnist_mlp run_dir=runs/x overwrite=true   # replace the run in runs/x
+    python -m bnn_zoo.train lenet data.name=folder data.path=DIR   # your own images, a subfolder per class
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ from . import cli, plots
 from .calibrate import calibrate_run, summary
 from .capture import DESCRIBED
 from .checkpoint import config_dict, replace_config, save_atomic
-from .config import make_config, pick_device, resolved
-from .data import TOY_FUNCTIONS, Splits, load_splits
+from .config import make_config, resolved
+from .config_checks import pick_device, recipe
+from .data import TOY_FUNCTIONS, Splits, load_splits, with_found
 from .distributed import World
 from .factory import build_from_config
 from .ladder import posteriors
@@ -69,6 +71,7 @@ def train(cfg: DictConfig) -> dict:
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
+        cfg = with_found(cfg, splits)  # your own data's shape, classes and statistics, for the checkpoint
         if not world.main:  # rank 0 writes the run directory, and alone goes on after training
             return train_network(cfg, run, splits, device, stored, world)
         _begin(run, cfg, stored)
@@ -84,7 +87,7 @@ def train(cfg: DictConfig) -> dict:
         if members:
             metrics["ensemble"] = test_ensemble(cfg, splits, run, device)
         stale = run.calibration.is_file()  # it certified the weights this run has just changed
-        if (cfg.abstention.calibrate or stale) and splits.val is not None and cfg.data.name not in TOY_FUNCTIONS:
+        if (cfg.abstention.calibrate or stale) and splits.val is not None and recipe(cfg).likelihood == "categorical":
             metrics["calibration"] = calibrate_run(run.dir, str(device), seed=cfg.seed, data_root=cfg.data.root)
             log(summary(metrics["calibration"]))
         if cfg.data.name in TOY_FUNCTIONS:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
@@ -30,11 +31,13 @@ NUM_CLASSES = 10
 
 @dataclass(frozen=True)
 class Recipe:
-    make_net: Callable[[list[int], int, float], nn.Module]  # (hidden widths, outputs, dropout) -> plain network
+    # (hidden widths, outputs, dropout, input shape) -> plain network
+    make_net: Callable[[list[int], int, float, tuple[int, ...]], nn.Module]
     likelihood: str  # a name of bnn_zoo.likelihoods.make_likelihood
     datasets: tuple[str, ...]  # the first is the default
     input_shape: tuple[int, ...]
     default_hidden: tuple[int, ...] = ()  # empty: the network's shape is fixed
+    classes: int = NUM_CLASSES  # a classifier's (your own data: its number of classes)
 
     @property
     def has_hidden(self) -> bool:
@@ -42,13 +45,21 @@ class Recipe:
 
 
 CLASSIFIER_DATA, TOY_DATA = ("mnist", "fashion_mnist"), ("polynomial", "sinusoid")
+
+
+def _lenet(hidden: list[int], outputs: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    if len(shape) != 3 or shape[1] != shape[2]:
+        raise ValueError(f"lenet takes square images [channels, size, size], not inputs of shape {list(shape)}: "
+                         "train mnist_mlp or your own network on them")
+    return LeNet5(outputs, dropout, shape[0], shape[1])
+
+
 ARCHITECTURES: dict[str, Recipe] = {
-    "toy_mlp": Recipe(lambda hidden, outputs, dropout: MLP(1, hidden, outputs, dropout), "gaussian",
-                      TOY_DATA, (1,), (50, 50)),
-    "mnist_mlp": Recipe(lambda hidden, outputs, dropout: MLP(784, hidden, outputs, dropout), "categorical",
-                        CLASSIFIER_DATA, (1, 28, 28), (400, 400)),
-    "lenet": Recipe(lambda hidden, outputs, dropout: LeNet5(outputs, dropout), "categorical",
-                    CLASSIFIER_DATA, (1, 28, 28)),
+    "toy_mlp": Recipe(lambda hidden, outputs, dropout, shape: MLP(math.prod(shape), hidden, outputs, dropout),
+                      "gaussian", TOY_DATA, (1,), (50, 50)),
+    "mnist_mlp": Recipe(lambda hidden, outputs, dropout, shape: MLP(math.prod(shape), hidden, outputs, dropout),
+                        "categorical", CLASSIFIER_DATA, (1, 28, 28), (400, 400)),
+    "lenet": Recipe(_lenet, "categorical", CLASSIFIER_DATA, (1, 28, 28)),
 }
 
 
@@ -111,7 +122,7 @@ def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
         pass
     input_shape = (1, 28, 28) if likelihood == "categorical" else (1,)
 
-    def make(hidden: list[int], outputs: int, dropout: float) -> nn.Module:
+    def make(hidden: list[int], outputs: int, dropout: float, input_shape: tuple[int, ...]) -> nn.Module:
         if dropout:
             raise ValueError(f"{name} keeps its own layers: MC dropout (train.twin_dropout) is for the registered "
                              "recipes; put dropout in your network instead")
@@ -155,15 +166,16 @@ def make_net(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout is a rate in [0, 1), got {dropout}")
     spec = architecture(arch)
-    outputs = make_likelihood(spec.likelihood, noise=noise, num_classes=NUM_CLASSES).outputs
-    return spec.make_net(_widths(spec, hidden), outputs, dropout)
+    outputs = make_likelihood(spec.likelihood, noise=noise, num_classes=spec.classes).outputs
+    return spec.make_net(_widths(spec, hidden), outputs, dropout, spec.input_shape)
 
 
 def make_twin(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise: str = "fixed",
               noise_scale: float = 1.0, dropout: float = 0.0) -> Twin:
     """The deterministic twin: the plain network with its own likelihood (and noise scale); with
     ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.ladder.DropoutPosterior`` samples it."""
-    likelihood = make_likelihood(architecture(arch).likelihood, None, noise, noise_scale, NUM_CLASSES)
+    spec = architecture(arch)
+    likelihood = make_likelihood(spec.likelihood, None, noise, noise_scale, spec.classes)
     return Twin(make_net(arch, hidden, noise, dropout), likelihood)
 
 
@@ -177,6 +189,7 @@ def build(arch: Union[str, Recipe], num_data: Optional[int] = None, hidden: Opti
 
     Usage: ``model, guide = build("lenet", num_data=55000, prior=ScaleMixturePrior())``
     """
-    likelihood = make_likelihood(architecture(arch).likelihood, num_data, noise, noise_scale, NUM_CLASSES)
+    spec = architecture(arch)
+    likelihood = make_likelihood(spec.likelihood, num_data, noise, noise_scale, spec.classes)
     return bayesian(make_net(arch, hidden, noise), prior, likelihood, guide=guide,
                     init_scale=init_scale, rank=rank)

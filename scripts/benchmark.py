@@ -81,7 +81,7 @@ def measure(spec: dict) -> dict:
     """Run one measurement (in this process) and return its figures."""
     import torch
 
-    from bnn_zoo.config import pick_device
+    from bnn_zoo.config_checks import pick_device
 
     torch.manual_seed(0)
     device = pick_device(spec["device"])
@@ -103,7 +103,8 @@ def gradient_variance(spec: dict) -> dict:
     same posterior (every sd set to ``posterior_sd``, a trained posterior's typical size)."""
     import torch
 
-    from bnn_zoo.config import load_config, pick_device, resolved
+    from bnn_zoo.config import load_config, resolved
+    from bnn_zoo.config_checks import pick_device
     from bnn_zoo.data import load_torchvision, normalize
     from bnn_zoo.errors import DataError
     from bnn_zoo.phases import BayesPhase

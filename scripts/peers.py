@@ -228,7 +228,7 @@ def measure(spec: dict) -> dict:
     ``warmup`` steps, which include any capture and compilation), and the warm-up's seconds."""
     import torch
 
-    from bnn_zoo.config import pick_device
+    from bnn_zoo.config_checks import pick_device
     from bnn_zoo.zoo import architecture
 
     arch, hidden, batch_size = SHAPES[spec["shape"]]

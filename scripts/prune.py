@@ -27,8 +27,8 @@ COLUMNS = {"accuracy": "accuracy", "nll": "NLL", "refused_mnist": "refused MNIST
 @pyro.settings.context(module_local_params=True)
 def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshold=0.2, test_size=None,
                  ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
-    trained, root, images, labels = load_for_evaluation(run_dir, device, data_root, test_size)
-    x, labels = normalize(images).to(trained.device), labels.to(trained.device)
+    trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
+    x, labels = x.to(trained.device), labels.to(trained.device)
     letters = normalize(ood_images("notmnist", root, ood_size)).to(trained.device)
     rows = {by: [] for by in SCORES}
     for by in SCORES:

@@ -22,11 +22,12 @@ from typing import Callable
 from bnn_zoo import cli, plots
 from bnn_zoo.checkpoint import MEMBERS
 from bnn_zoo.errors import ConfigError
-from bnn_zoo.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, evaluate_run
+from bnn_zoo.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run, ood_name
 from bnn_zoo.files import check_writable, make_folder, read_json, write_atomic
 from bnn_zoo.ladder import BAYES, HMC, TWIN, TWIN_SCALED
 from bnn_zoo.references import TARGETS
 from bnn_zoo.ood import NEAR, font_files
+from bnn_zoo.own_data import OWN_DATA
 from bnn_zoo.trained import load
 
 # (header, shown in percent, the figure): the in-distribution columns, then those per OOD set
@@ -91,18 +92,21 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def ood_sets(run_dir: str) -> tuple[list[str], list[str]]:
-    data = load(run_dir).config.data.name
-    if data not in DEFAULT_OOD:
-        raise ValueError(f"{run_dir} is not a classifier run (data {data!r})")
-    return list(DEFAULT_OOD[data]), list(NEAR_FOR[data])
+def ood_sets(run_dir: str, folders: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """A run's far OOD sets (with the NAME=FOLDER ones given) and near ones: for your own data,
+    the folders alone."""
+    cfg = load(run_dir).config
+    if cfg.data.name not in (*DEFAULT_OOD, *OWN_DATA):
+        raise ValueError(f"{run_dir} is not a classifier run (data {cfg.data.name!r})")
+    return [*default_ood(cfg), *folders], list(NEAR_FOR.get(cfg.data.name, ()))
 
 
 def score(run_dir: str, samples: int, ood_size: int, near_size: int, train_seconds: dict[str, float],
-          **kwargs) -> ScoredRun:
-    far, near = ood_sets(run_dir)
+          folders: tuple[str, ...] = (), **kwargs) -> ScoredRun:
+    entries, near = ood_sets(run_dir, folders)
+    far = [e.partition("=")[0] for e in entries]
     sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
-    evaluation = evaluate_run(run_dir, samples, ood=tuple(far + near), ood_size=sizes, **kwargs)
+    evaluation = evaluate_run(run_dir, samples, ood=tuple(entries + near), ood_size=sizes, **kwargs)
     near = [n for n in near if n not in evaluation.skipped]
     fonts = [Path(f).name for f in font_files()] if "letters" in near else None  # letters are drawn in them
     return ScoredRun(evaluation, far, near, train_seconds, fonts)
@@ -230,6 +234,8 @@ def main(argv=None) -> int:
     cli.add_sampling_options(parser)
     cli.add_data_options(parser)
     parser.add_argument("--near-size", type=cli.count, default=2000, help="images per near-OOD set (default 2000)")
+    parser.add_argument("--ood", nargs="*", default=[], type=ood_name, metavar="NAME=FOLDER",
+                        help="more far OOD sets, folders of images (a run on your own data has these alone)")
     args = parser.parse_args(argv)
 
     def command() -> int:
@@ -239,7 +245,7 @@ def main(argv=None) -> int:
         check_writable(make_folder(out))  # before the work, not after
         # read first: a damaged metrics.json is named now, not after the evaluation
         seconds = {run: training_seconds(run) for run in args.runs}
-        runs = {run: score(run, args.samples, args.ood_size, args.near_size, seconds[run], seed=args.seed,
+        runs = {run: score(run, args.samples, args.ood_size, args.near_size, seconds[run], tuple(args.ood), seed=args.seed,
                            test_size=args.test_size, data_root=args.data_root, device=args.device)
                 for run in args.runs}
         write_atomic(out / "scoreboard.json", json.dumps({name: run.to_dict() for name, run in runs.items()}, indent=2))

@@ -11,7 +11,6 @@ import pyro
 
 from bnn_zoo import cli
 from bnn_zoo.trained import load, ship
-from bnn_zoo.data import normalize
 from bnn_zoo.evaluate import InDistribution, in_distribution, load_for_evaluation
 from bnn_zoo.ladder import sampled_probs
 from bnn_zoo.sampling import seeded
@@ -22,8 +21,7 @@ def compare(run_dir: str, name: str, samples: int, test_size: int | None,
             seed: int = 0) -> dict[str, dict[str, InDistribution]]:
     """Test figures of the run and of its shipped copy ({"run" or "shipped": {posterior: figures}}),
     on the same posterior draws' seed."""
-    trained, _, images, labels = load_for_evaluation(run_dir, "cpu", None, test_size)
-    x = normalize(images)
+    trained, _, x, labels = load_for_evaluation(run_dir, "cpu", None, test_size)
     figures = {}
     for label, source in (("run", trained), ("shipped", load(name))):
         with seeded(seed):

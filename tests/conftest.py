@@ -6,7 +6,8 @@ import pyro
 import pytest
 import torch
 
-from bnn_zoo.config import make_config, pick_device, resolved
+from bnn_zoo.config import make_config, resolved
+from bnn_zoo.config_checks import pick_device
 from bnn_zoo.zoo import ARCHITECTURES
 
 ZOO = list(ARCHITECTURES)

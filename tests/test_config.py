@@ -9,7 +9,8 @@ import torch
 from omegaconf import OmegaConf
 
 from bnn_zoo.checkpoint import stored_config
-from bnn_zoo.config import Config, config_names, load_config, make_config, pick_device, resolved
+from bnn_zoo.config import Config, config_names, load_config, make_config, resolved
+from bnn_zoo.config_checks import pick_device
 from bnn_zoo.errors import ConfigError
 
 
@@ -213,7 +214,7 @@ SHOWN = "'" + "x" * 59 + "..."  # the quoted value's first 60 characters
                             "choose one of toy_mlp, mnist_mlp, lenet, or name a network factory as "
                             "package.module:factory")),
     ([f"data.name={HUGE}"], None, (f"bad config key 'data.name': {SHOWN} does not suit toy_mlp; "
-                                   "choose one of polynomial, sinusoid")),
+                                   "choose one of polynomial, sinusoid, tensors, csv")),
     ([f"model.prior={HUGE}"], None, f"bad config key 'model.prior': choose gaussian or scale_mixture, not {SHOWN}"),
     ([f"device={HUGE}"], None, NOT_A_DEVICE.format(SHOWN)),
     ([f"train.epochs={HUGE}"], None, f"bad config key 'train.epochs': must be a whole number, not {SHOWN}"),

@@ -2,9 +2,8 @@ import gzip
 
 import pytest
 import torch
-from PIL import Image
 
-from bnn_zoo import data
+from bnn_zoo import data, ood
 from bnn_zoo.data import DataError
 
 
@@ -32,32 +31,6 @@ def test_read_idx_rejects_bad_files(tmp_path):
     (tmp_path / "short").write_bytes((tmp_path / "short").read_bytes()[:-1])
     with pytest.raises(DataError, match="truncated"):
         data.read_idx(tmp_path / "short")
-
-
-def test_notmnist_from_idx_layout(tmp_path):
-    raw = tmp_path / "notMNIST" / "raw"
-    raw.mkdir(parents=True)
-    letters = torch.randint(0, 256, (4, 28, 28), dtype=torch.uint8)
-    write_idx(raw / "t10k-images-idx3-ubyte.gz", letters, gz=True)
-    assert torch.equal(data.load_notmnist(str(tmp_path)), letters)
-
-
-def test_notmnist_from_png_folders(tmp_path):
-    for letter in "AB":
-        (tmp_path / letter).mkdir()
-        Image.new("L", (28, 28), 200).save(tmp_path / letter / "x.png")
-    Image.new("L", (56, 56), 10).save(tmp_path / "A" / "big.png")  # resized to 28x28
-    images = data.load_notmnist(str(tmp_path))
-    assert images.shape == (3, 28, 28) and images.dtype == torch.uint8
-    (tmp_path / "B" / "broken.png").write_bytes(b"not a png")
-    with pytest.raises(DataError, match="1 unreadable image.*broken.png"):
-        data.load_notmnist(str(tmp_path))
-    assert data.load_notmnist(str(tmp_path), skip_unreadable=True).shape == (3, 28, 28)
-
-
-def test_notmnist_missing_says_where_it_looked(tmp_path):
-    with pytest.raises(DataError, match="notMNIST not found under .*data.root"):
-        data.load_notmnist(str(tmp_path))
 
 
 def _mnist_folder(root, images=None, labels=None, gz=False):
@@ -133,13 +106,6 @@ def test_data_root_order(monkeypatch, tmp_path):
     assert data.data_root() == data.Path("data")
 
 
-def test_white_noise_is_seeded_in_mnist_range():
-    a, b = data.white_noise(10, seed=3), data.white_noise(10, seed=3)
-    assert torch.equal(a, b) and a.shape == (10, 28, 28) and a.dtype == torch.uint8
-    assert not torch.equal(a, data.white_noise(10, seed=4))
-    assert a.min() == 0 and a.max() == 255
-
-
 def test_normalize_is_shared_and_checks_dtype():
     x = data.normalize(torch.zeros(2, 28, 28, dtype=torch.uint8))
     assert x.shape == (2, 1, 28, 28)
@@ -184,5 +150,5 @@ def test_real_mnist_splits(shared_data):
     assert (len(splits.train), len(splits.val), len(splits.test)) == (55000, 5000, 10000)
     assert abs(splits.train.x.mean()) < 0.05 and abs(splits.train.x.std() - 1) < 0.05
     assert splits.train.x.dtype == torch.float32 and splits.train.y.dtype == torch.int64
-    letters = data.load_notmnist(str(shared_data))
+    letters = ood.load_notmnist(str(shared_data))
     assert letters.shape == (10000, 28, 28)

@@ -7,7 +7,8 @@ from conftest import DEVICE, tiny_config
 
 from bnn_zoo import load, predict
 from bnn_zoo.abstention import Rule, abstain, uncertainty
-from bnn_zoo.data import load_notmnist, load_torchvision, normalize
+from bnn_zoo.data import load_torchvision, normalize
+from bnn_zoo.ood import load_notmnist
 from bnn_zoo.evaluate import Cost, Evaluation, InDistribution, main
 from bnn_zoo.ladder import BAYES, TWIN, TWIN_SCALED
 from bnn_zoo.metrics import detection

@@ -1,8 +1,11 @@
 import pytest
 import torch
+from PIL import Image
+from test_data import write_idx
 
 from bnn_zoo.data import load_torchvision
-from bnn_zoo.ood import NEAR, centred, font_files, ood_images, overlaid_digits
+from bnn_zoo.errors import DataError
+from bnn_zoo.ood import NEAR, centred, font_files, load_notmnist, ood_images, overlaid_digits, white_noise
 
 
 @pytest.mark.parametrize("name", NEAR)
@@ -66,3 +69,36 @@ def test_a_drawing_is_fitted_into_20_by_20():
 def test_unknown_sets_are_named():
     with pytest.raises(ValueError, match="unknown out-of-distribution set 'digits'.*letters"):
         ood_images("digits", None, 5)
+
+
+def test_notmnist_from_idx_layout(tmp_path):
+    raw = tmp_path / "notMNIST" / "raw"
+    raw.mkdir(parents=True)
+    letters = torch.randint(0, 256, (4, 28, 28), dtype=torch.uint8)
+    write_idx(raw / "t10k-images-idx3-ubyte.gz", letters, gz=True)
+    assert torch.equal(load_notmnist(str(tmp_path)), letters)
+
+
+def test_notmnist_from_png_folders(tmp_path):
+    for letter in "AB":
+        (tmp_path / letter).mkdir()
+        Image.new("L", (28, 28), 200).save(tmp_path / letter / "x.png")
+    Image.new("L", (56, 56), 10).save(tmp_path / "A" / "big.png")  # resized to 28x28
+    images = load_notmnist(str(tmp_path))
+    assert images.shape == (3, 28, 28) and images.dtype == torch.uint8
+    (tmp_path / "B" / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match="1 unreadable image.*broken.png"):
+        load_notmnist(str(tmp_path))
+    assert load_notmnist(str(tmp_path), skip_unreadable=True).shape == (3, 28, 28)
+
+
+def test_notmnist_missing_says_where_it_looked(tmp_path):
+    with pytest.raises(DataError, match="notMNIST not found under .*data.root"):
+        load_notmnist(str(tmp_path))
+
+
+def test_white_noise_is_seeded_in_mnist_range():
+    a, b = white_noise(10, seed=3), white_noise(10, seed=3)
+    assert torch.equal(a, b) and a.shape == (10, 28, 28) and a.dtype == torch.uint8
+    assert not torch.equal(a, white_noise(10, seed=4))
+    assert a.min() == 0 and a.max() == 255

@@ -8,7 +8,8 @@ from PIL import Image
 
 from bnn_zoo import load, predict
 from bnn_zoo.abstention import abstain
-from bnn_zoo.data import load_torchvision, normalize, white_noise
+from bnn_zoo.data import load_torchvision, normalize
+from bnn_zoo.ood import white_noise
 from bnn_zoo.ladder import BAYES, TWIN
 from bnn_zoo.reports import refusal_curve, rejection_report, script_main
 

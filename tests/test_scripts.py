@@ -350,3 +350,21 @@ def test_scoreboard_refuses_bad_output_and_damaged_metrics_before_the_work(certi
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and str(run / "metrics.json") in err and reason in err
     assert not (tmp_path / "board" / "scoreboard.json").exists()
+
+
+def test_export_pngs_writes_the_folder_layout_own_data_reads(shared_data, tmp_path, capsys):
+    from bnn_zoo.config import make_config, resolved
+    from bnn_zoo.own_data import read_own
+
+    out = tmp_path / "pngs"
+    assert load_script("export_pngs").main(["fashion_mnist", str(out), "--per-class", "3", "--test-per-class", "2",
+                                            "--data-root", str(shared_data)]) == 0
+    assert f"{out}: 30 training and 20 test PNGs" in capsys.readouterr().out
+    cfg = resolved(make_config({"arch": "lenet", "data": {"name": "folder", "path": str(out)}}))
+    train_part, test_part = read_own(cfg, True)
+    assert train_part.classes == sorted(["Ankle boot", "Bag", "Coat", "Dress", "Pullover", "Sandal", "Shirt", "Sneaker",
+                                         "T-shirt_top", "Trouser"])
+    images, labels = load_torchvision("fashion_mnist", str(shared_data), train=False, download=False)
+    bag = train_part.classes.index("Bag")
+    first = sorted((labels == 8).nonzero()[:2, 0].tolist(), key=lambda i: f"{i}.png")  # ImageFolder's file order
+    assert torch.equal((test_part.x[test_part.y == bag, 0] * 255).round().byte(), images[first])

@@ -1,0 +1,294 @@
+"""Your own data through the whole product: a folder of PNGs, a CSV table, a tensor file; and the
+one-line errors bad data gets."""
+import json
+
+import numpy as np
+import pyro
+import pytest
+import torch
+from conftest import tiny_config
+from PIL import Image
+
+from bnn_zoo import load
+from bnn_zoo.config import make_config, resolved
+from bnn_zoo.data import load_splits, validation_split, with_found
+from bnn_zoo.errors import DataError
+from bnn_zoo.evaluate import evaluate_run
+from bnn_zoo.ladder import posteriors
+from bnn_zoo.own_data import Found, read_own
+from bnn_zoo.predict import main as predict_main
+from bnn_zoo.train import train
+
+NAMES = {0: "zero", 1: "one", 7: "seven"}
+
+
+class Payload:
+    """A Python object in a tensor file: torch.load(weights_only=True) decodes none."""
+
+
+@pytest.fixture(scope="module")
+def pngs(tmp_path_factory):
+    """MNIST digits 0, 1 and 7 as PNG files, 50 of each to train on and 15 to test, in
+    train/CLASS and test/CLASS folders; and 30 notMNIST letters in a folder of their own."""
+    from conftest import SHARED_DATA
+
+    from bnn_zoo.data import load_torchvision
+    from bnn_zoo.ood import load_notmnist
+
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(f"no MNIST under {SHARED_DATA} (set BNN_ZOO_DATA)")
+    root = tmp_path_factory.mktemp("pngs")
+    images, labels = load_torchvision("mnist", str(SHARED_DATA), train=True, download=False)
+    for part, start, count in (("train", 0, 50), ("test", 10000, 15)):
+        for digit, name in NAMES.items():
+            (root / part / name).mkdir(parents=True)
+            for i in ((labels[start:] == digit).nonzero()[:count, 0] + start).tolist():
+                Image.fromarray(images[i].numpy()).save(root / part / name / f"{i}.png")
+    (root / "letters").mkdir()
+    for i, letter in enumerate(load_notmnist(str(SHARED_DATA))[:30]):
+        Image.fromarray(letter.numpy()).save(root / "letters" / f"{i}.png")
+    return root
+
+
+def own_config(arch, run_dir, **overrides):
+    return tiny_config(arch, **{"run_dir": str(run_dir), "data.train_limit": "null", "data.test_limit": "null",
+                                "data.val_size": "null", "abstention.risk": 0.4, "abstention.delta": 0.2,
+                                "abstention.max_refusal": 0.1, "abstention.samples": 4, **overrides})
+
+
+@pytest.fixture(scope="module")
+def folder_run(pngs, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("folder_run")
+    train(own_config("lenet", run_dir, **{"data.name": "folder", "data.path": str(pngs), "train.epochs": 5, "train.batch_size": 16,
+                                         "data.ood": f"{{letters: {pngs / 'letters'}}}",
+                                         "train.lr": 0.01}))
+    return run_dir
+
+
+def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pngs, folder_run, tmp_path, capsys):
+    trained = load(folder_run)
+    data = trained.config.data
+    assert data.classes == ["one", "seven", "zero"] and data.input_shape == [1, 28, 28]  # ImageFolder's order
+    assert data.val_size == 150 // 5 and data.path == str(pngs.resolve())
+    # the statistics are the training split's (not validation's, not the test folder's): read the PNGs ourselves
+    files = sorted((pngs / "train").glob("*/*.png"), key=lambda p: (p.parent.name, p.name))
+    pixels = torch.stack([torch.from_numpy(np.asarray(Image.open(f), dtype=np.float32)) / 255 for f in files])
+    train_idx, _ = validation_split(len(files), 30)
+    assert data.mean[0] == pytest.approx(pixels[train_idx].mean().item(), abs=1e-6)
+    assert data.std[0] == pytest.approx(pixels[train_idx].std().item(), abs=1e-6)
+    assert "rule" in trained.calibration["bayes"]  # certified on its 30 validation images
+    # predict: a digit of the test folder, read at the run's size and statistics, answered in class names
+    seven = sorted((pngs / "test" / "seven").glob("*.png"))[0]
+    assert predict_main([str(folder_run), str(seven), "--json", "--samples", "8"]) == 0
+    answer = json.loads(capsys.readouterr().out)[0]
+    pixels = torch.from_numpy(np.asarray(Image.open(seven), dtype=np.float32))[None, None] / 255
+    pyro.set_rng_seed(0)  # predict's default --seed
+    probs = posteriors(trained)["bayes"].predict(Found([1, 28, 28], None, list(data.mean), list(data.std)).normalize(pixels), 8)
+    expected = trained.rules_for()["bayes"](probs).describe(0)
+    assert answer["accepted"] == {str(k): v for k, v in expected["accepted"].items()}
+    assert answer["label"] == (None if expected["answer"] is None else data.classes[expected["answer"]])
+    # evaluate: its own test folder, and its data.ood folder of letters, scored under its name
+    result = evaluate_run(folder_run, num_samples=4, ood_size=20)
+    assert result.test_size == 45 and set(result.posteriors["bayes"].ood) == {"letters"}
+    twin = posteriors(trained)["twin"]
+    refused = trained.rules_for()["twin"](twin.predict(_letters(pngs, data))).refused  # the twin draws nothing
+    assert result.posteriors["twin"].ood["letters"].refused == pytest.approx(refused.float().mean().item())
+
+
+def _letters(pngs, data):
+    files = sorted((pngs / "letters").rglob("*.png"))[:20]
+    pixels = torch.stack([torch.from_numpy(np.asarray(Image.open(f), dtype=np.float32)) / 255 for f in files])[:, None]
+    return Found(list(data.input_shape), None, list(data.mean), list(data.std)).normalize(pixels)
+
+
+def test_the_page_answers_a_folder_run_in_its_class_names(folder_run):
+    from bnn_zoo.serve_answers import Answerer
+
+    pixels = torch.zeros(28, 28, dtype=torch.uint8)
+    pixels[4:24, 13:15] = 255  # a one
+    answer = Answerer(str(folder_run), "cpu").answer(str(folder_run), pixels)
+    assert answer["classes"] == ["one", "seven", "zero"]
+
+
+def test_a_changed_folder_is_refused_on_resume(pngs, folder_run, tmp_path):
+    import shutil
+
+    moved = tmp_path / "data"
+    shutil.copytree(pngs, moved)
+    shutil.rmtree(moved / "train" / "zero")
+    shutil.rmtree(moved / "test" / "zero")
+    cfg = load(folder_run).config
+    cfg.data.path = str(moved)
+    with pytest.raises(DataError, match=r"now holds inputs \[1, 28, 28\] of classes \['one', 'seven'\].*where the run trained"):
+        load_splits(cfg)
+
+
+def write_csv(path, header, rows):
+    path.write_text("\n".join(",".join(map(str, r)) for r in [header, *rows]) + "\n")
+
+
+def flowers(n=240, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 3, (n,), generator=g)
+    x = torch.tensor([[0.0, 0, 5], [4, 4, 5], [0, 4, 9]])[y] + torch.randn(n, 3, generator=g)
+    return x, y
+
+
+def test_a_csv_classifier_reads_its_columns_by_name(tmp_path, capsys):
+    x, y = flowers()
+    names = ["virginica", "setosa", "versicolor"]
+    write_csv(tmp_path / "f.csv", ["a", "species", "b", "c"], [[f"{r[0]:.4f}", names[k], f"{r[1]:.4f}", f"{r[2]:.4f}"]
+                                                           for r, k in zip(x.tolist(), y.tolist())])
+    run_dir = tmp_path / "run"
+    train(own_config("mnist_mlp", run_dir, **{"data.name": "csv", "data.path": str(tmp_path / "f.csv"),
+                                              "data.target": "species", "model.hidden": "[16]", "train.epochs": 20,
+                                              "train.lr": 0.01}))
+    trained = load(run_dir)
+    data = trained.config.data
+    assert data.classes == ["setosa", "versicolor", "virginica"] and data.features == ["a", "b", "c"]
+    # rows in another column order, without the target: read by name, answered in class names
+    write_csv(tmp_path / "q.csv", ["c", "a", "b"], [[5, 0, 0], [9, 0, 4]])
+    capsys.readouterr()  # training's log
+    assert predict_main([str(run_dir), str(tmp_path / "q.csv"), "--json", "--samples", "8", "--rule", "quantile"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    assert [a["file"].rsplit(":", 1)[1] for a in answers] == ["1", "2"]
+    assert [a["label"] for a in answers] == ["virginica", "versicolor"]
+    write_csv(tmp_path / "bad.csv", ["a", "b"], [[1, 2]])
+    assert predict_main([str(run_dir), str(tmp_path / "bad.csv")]) == 1
+    assert "lacks the column(s) c the run reads" in capsys.readouterr().out
+
+
+def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(200, 2, generator=g) * 2 - 1
+    write_csv(tmp_path / "r.csv", ["u", "v", "y"], [[f"{a:.4f}", f"{b:.4f}", f"{a + 2 * b:.4f}"] for a, b in x.tolist()])
+    run_dir = tmp_path / "run"
+    train(own_config("toy_mlp", run_dir, **{"data.name": "csv", "data.path": str(tmp_path / "r.csv"),
+                                            "model.hidden": "[16]", "train.epochs": 30, "train.lr": 0.01}))
+    assert not (run_dir / "calibration.json").exists()  # a regression has no refusal rule to certify
+    write_csv(tmp_path / "q.csv", ["u", "v"], [[0.5, 0.25], [40, -40]])
+    capsys.readouterr()  # training's log
+    assert predict_main([str(run_dir), str(tmp_path / "q.csv"), "--json", "--samples", "30"]) == 0
+    near, far = json.loads(capsys.readouterr().out)
+    assert near["mean"] == pytest.approx(1.0, abs=0.6)
+    assert far["epistemic_sd"] > 5 * near["epistemic_sd"]  # far outside the data, the weights disagree
+    assert near["sd"] == pytest.approx((near["epistemic_sd"] ** 2 + near["noise_sd"] ** 2) ** 0.5, abs=1e-5)
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".npz"])
+def test_a_tensor_file_with_its_own_test_set(tmp_path, suffix):
+    x, y = flowers(200)
+    xt, yt = flowers(40, seed=1)
+    path = tmp_path / f"d{suffix}"
+    if suffix == ".pt":
+        torch.save({"x": x, "y": y, "x_test": xt, "y_test": yt}, path)
+    else:
+        np.savez(path, x=x.numpy(), y=y.numpy(), x_test=xt.numpy(), y_test=yt.numpy())
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(path)}))
+    splits = load_splits(cfg)
+    train_idx, val_idx = validation_split(200, 40)
+    assert len(splits.test) == 40 and torch.equal(splits.test.y, yt) and torch.equal(splits.val.y, y[val_idx])
+    mean, std = x[train_idx].mean(0), x[train_idx].std(0)
+    assert torch.allclose(splits.test.x, (xt - mean) / std, atol=1e-5)
+    assert with_found(cfg, splits).data.classes == ["0", "1", "2"]
+
+
+def test_without_a_test_part_a_fixed_fifth_is_held_out(tmp_path):
+    x, y = flowers(100)
+    torch.save({"x": x, "y": y}, tmp_path / "d.pt")
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
+    train_part, test_part = read_own(cfg, True)
+    assert (len(train_part.y), len(test_part.y)) == (80, 20)
+    again = read_own(cfg, True)[1]
+    assert torch.equal(again.x, test_part.x)  # the same examples every run
+    together = torch.cat([train_part.x, test_part.x])
+    assert sorted(together[:, 0].tolist()) == sorted(x[:, 0].tolist())  # nothing lost, nothing twice
+
+
+def bad_folder(tmp_path, kind):
+    root = tmp_path / kind
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("L", (28, 28), 40 * i).save(root / name / f"{i}.png")
+    if kind == "empty":
+        for f in (root / "b").iterdir():
+            f.unlink()
+    elif kind == "unreadable":
+        (root / "b" / "broken.png").write_bytes(b"not a png")
+    elif kind == "sizes":
+        Image.new("L", (32, 32)).save(root / "b" / "big.png")
+    elif kind == "one_class":
+        import shutil
+        shutil.rmtree(root / "b")
+    return root
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("empty", r"Found no valid file for the classes b"),
+    ("unreadable", r"cannot read the image .*broken.png \(UnidentifiedImageError\): delete or replace it"),
+    ("sizes", r"holds images of two sizes \(28x28 0.png, 32x32 big.png\): resize them all with data.image_size=N"),
+    ("one_class", r"holds one class \(a\): a classifier needs examples of two or more"),
+])
+def test_bad_folders_get_one_line_errors(tmp_path, kind, message):
+    cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(bad_folder(tmp_path, kind))}))
+    with pytest.raises(DataError, match=message) as err:
+        load_splits(cfg)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([[1, 2, "x"], [1, "nan", "y"]], r"line 3, column 'b' holds nan: fill or drop it"),
+    ([[1, 2, "x"], [1, "two", "y"]], r"line 3, column 'b': 'two' is not a number"),
+    ([[1, 2, "x"], [3, 4, "x"]], r"holds one class \(x\)"),
+    ([[1, 2, "x"], [3, 4]], r"line 3 holds 2 values under 3 columns"),
+])
+def test_bad_tables_get_one_line_errors(tmp_path, rows, message):
+    write_csv(tmp_path / "t.csv", ["a", "b", "label"], rows * 5)
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv")}))
+    with pytest.raises(DataError, match=message):
+        load_splits(cfg)
+
+
+def test_bad_settings_and_files_are_named(tmp_path):
+    from bnn_zoo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.name=folder reads your own data; give its folder or file as data.path"):
+        make_config({"arch": "lenet", "data": {"name": "folder"}})
+    with pytest.raises(ConfigError, match="'data.channels': choose 1 \\(gray\\) or 3 \\(RGB\\), not 2"):
+        make_config({"arch": "lenet", "data": {"name": "folder", "path": "x", "channels": 2}})
+    write_csv(tmp_path / "t.csv", ["a", "label"], [[1, "x"], [2, "y"]] * 10)
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv"),
+                                                               "data.target": "kind"}))
+    with pytest.raises(DataError, match="has no column 'kind' \\(data.target\\); its columns: a, label"):
+        load_splits(cfg)
+    torch.save({"x": torch.zeros(4, 2), "y": torch.zeros(3)}, tmp_path / "d.pt")
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
+    with pytest.raises(DataError, match=r"x \[4, 2\] and y \[3\] do not pair up"):
+        load_splits(cfg)
+    torch.save({"x": torch.zeros(4, 2), "y": torch.full((4,), 0.5)}, tmp_path / "d.pt")
+    with pytest.raises(DataError, match="a classifier's labels y are whole numbers 0..K-1"):
+        load_splits(cfg)
+
+    torch.save({"x": torch.zeros(4, 2), "y": Payload()}, tmp_path / "d.pt")
+    with pytest.raises(DataError, match="cannot read .*d.pt as a .npz of arrays or a .pt of tensors"):
+        load_splits(cfg)
+    x, y = flowers(60)
+    torch.save({"x": x, "y": y}, tmp_path / "d.pt")
+    cfg = with_found(cfg, load_splits(cfg))
+    cfg.arch, cfg.model.hidden = "lenet", None
+    with pytest.raises(ValueError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
+        from bnn_zoo.factory import build_from_config
+        build_from_config(cfg, 10)
+
+
+def test_a_test_table_indexes_the_training_classes(tmp_path):
+    write_csv(tmp_path / "train.csv", ["a", "label"], [[i, "abc"[i % 3]] for i in range(30)])
+    write_csv(tmp_path / "test.csv", ["a", "label"], [[1, "c"], [2, "c"], [3, "a"]])
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{
+        "data.name": "csv", "data.path": str(tmp_path / "train.csv"), "data.test_path": str(tmp_path / "test.csv")}))
+    train_part, test_part = read_own(cfg, True)
+    assert test_part.classes == ["a", "b", "c"] and test_part.y.tolist() == [2, 2, 0] and len(train_part.y) == 30
+    write_csv(tmp_path / "test.csv", ["a", "label"], [[1, "c"], [2, "d"]])
+    with pytest.raises(DataError, match=r"column 'label' holds 'd', not one of the training classes \['a', 'b', 'c'\]"):
+        read_own(cfg, True)
