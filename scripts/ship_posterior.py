@@ -12,7 +12,7 @@ import pyro
 from bnn_zoo import cli
 from bnn_zoo.trained import load, ship
 from bnn_zoo.evaluate import InDistribution, in_distribution, load_for_evaluation
-from bnn_zoo.ladder import sampled_probs
+from bnn_zoo.ladder import gate_density, posteriors, sampled_probs
 from bnn_zoo.sampling import seeded
 
 
@@ -26,7 +26,9 @@ def compare(run_dir: str, name: str, samples: int, test_size: int | None,
     for label, source in (("run", trained), ("shipped", load(name))):
         with seeded(seed):
             sampled = sampled_probs(source, x, samples)
-        figures[label] = {part: in_distribution(p, labels, source.rules_for()[part]) for part, p in sampled.items()}
+        rules, rungs = source.rules_for(), posteriors(source)
+        figures[label] = {part: in_distribution(p, labels, rules[part], gate=gate_density(rules[part], source, part, rungs[part], x))
+                          for part, p in sampled.items()}
     return figures
 
 
