@@ -75,6 +75,7 @@ class DataConfig:
     features: Optional[List[str]] = None  # csv: the feature columns the network reads, in order
     mean: Optional[List[float]] = None
     std: Optional[List[float]] = None
+    digest: Optional[str] = None  # of every example: data changed since the run trained is refused
     # Examples held out of the training set for validation and threshold calibration (null: 5000 of
     # MNIST's, a fifth of your own data's).
     val_size: Optional[int] = None

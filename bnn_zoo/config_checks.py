@@ -22,7 +22,7 @@ from .guides import GUIDES
 from .likelihoods import NOISE_MODES
 from .own_data import OWN_DATA, ROWS
 from .priors import PRIORS
-from .zoo import ARCHITECTURES, Recipe, architecture
+from .zoo import ARCHITECTURES, Recipe, architecture, make_net
 
 MAX_SAMPLES = 10000  # posterior samples per input, for any figure
 MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
@@ -145,7 +145,12 @@ def recipe(cfg: DictConfig) -> Recipe:
     if cfg.data.input_shape is None:
         return spec
     classes = spec.classes if cfg.data.classes is None else len(cfg.data.classes)  # your own data's
-    return replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
+    spec = replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
+    try:  # the network must take the data's shape: a few milliseconds to build it once
+        make_net(spec, None if cfg.model.hidden is None else list(cfg.model.hidden), cfg.model.noise)
+    except ValueError as err:
+        raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
+    return spec
 
 
 def check_device_name(name: str) -> None:

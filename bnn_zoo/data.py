@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from .config_checks import recipe
 from .errors import DataError
-from .own_data import OWN_DATA, Found, read_images, read_own
+from .own_data import OWN_DATA, Found, read_own
 
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -234,11 +234,15 @@ def _own_splits(cfg: DictConfig) -> Splits:
         raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")
     train_idx, val_idx = validation_split(len(train.y), val_size)
     train_idx = train_idx[:d.train_limit] if d.train_limit else train_idx
-    found, stored = Found.of(train.x[train_idx], train.classes, train.features), found_of(cfg)
+    found, stored = Found.of(train.x[train_idx], train, test), found_of(cfg)
     if stored is not None:  # the run's own statistics, for the data it trained on
         if (stored.input_shape, stored.classes, stored.features) != (found.input_shape, found.classes, found.features):
             raise DataError(f"{d.path} now holds inputs {found.input_shape} of classes {found.classes}, where the run "
                             f"trained on {stored.input_shape} of {stored.classes}: point data.path at that data")
+        if stored.digest != found.digest:
+            raise DataError(f"{d.path} holds other examples than the run trained on (added, removed or changed): its "
+                            "validation and test splits would move onto training examples; point data.path at that "
+                            "data, or train a new run")
         found = stored
     part = lambda ex, idx: TensorSet(found.normalize(ex.x[idx]), ex.y[idx])  # noqa: E731
     test_idx = torch.arange(len(test.y))[:d.test_limit]
@@ -247,13 +251,16 @@ def _own_splits(cfg: DictConfig) -> Splits:
 
 def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
     """``cfg`` holding what its own data's training split showed (input shape, classes,
-    normalization, validation size), so its checkpoint answers without the data."""
+    normalization, validation size), so its checkpoint answers without the data; its data.ood
+    folders made absolute, so they are found from anywhere."""
+    cfg = cfg.copy()
+    for name, folder in cfg.data.ood.items():
+        cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
     if splits.found is None:
         return cfg
-    cfg = cfg.copy()
     f = splits.found
     cfg.data.input_shape, cfg.data.classes, cfg.data.mean, cfg.data.std = f.input_shape, f.classes, f.mean, f.std
-    cfg.data.features = f.features
+    cfg.data.features, cfg.data.digest = f.features, f.digest
     cfg.data.val_size = 0 if splits.val is None else len(splits.val)
     cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
     if cfg.data.test_path:
@@ -268,29 +275,4 @@ def found_of(cfg: DictConfig) -> Optional[Found]:
     if d.mean is None:
         return None
     listed = lambda v: None if v is None else list(v)  # noqa: E731
-    return Found(list(d.input_shape), listed(d.classes), list(d.mean), list(d.std), listed(d.features))
-
-
-def class_names(cfg: DictConfig) -> list[str]:
-    """What each class of a classifier run is called: its data's names, or its class numbers."""
-    d = cfg.data
-    return list(d.classes) if d.classes is not None else CLASS_NAMES.get(d.name, [str(k) for k in range(10)])
-
-
-def pixel_inputs(cfg: DictConfig, images: torch.Tensor) -> torch.Tensor:
-    """uint8 28x28 images [N, 28, 28] (MNIST's format: the OOD sets, the page's drawings) as a
-    run's network sees them; a DataError where the run takes other inputs."""
-    found = found_of(cfg)
-    return normalize(images) if found is None else found.normalize(images.float().unsqueeze(1) / 255.0)
-
-
-def image_inputs(cfg: DictConfig, files: list[Path], where: str) -> torch.Tensor:
-    """Image files (a folder run's kind) read at the run's size and channels, normalized with its
-    statistics (a MNIST run: 28x28 gray, MNIST's)."""
-    found = found_of(cfg)
-    if found is None:
-        return (read_images(files, (28, 28), 1, where) - MNIST_MEAN) / MNIST_STD
-    if len(found.input_shape) != 3:
-        raise DataError(f"this run reads rows of {found.input_shape[0]} features, not images: give it a CSV or tensors")
-    channels, height, width = found.input_shape
-    return found.normalize(read_images(files, (height, width), channels, where))
+    return Found(list(d.input_shape), listed(d.classes), list(d.mean), list(d.std), listed(d.features), d.digest)

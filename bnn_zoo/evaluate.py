@@ -23,7 +23,8 @@ from .trained import Trained, load
 from .config_checks import pick_device
 from .conformal import ConformalSets
 from .cost import Cost as Measure
-from .data import image_inputs, pixel_inputs, run_split
+from .data import run_split
+from .inputs import image_inputs, pixel_inputs
 from .own_data import image_files
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
@@ -178,7 +179,9 @@ def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[
     (``bnn_zoo.ood``), or NAME=FOLDER, the first ``size`` images of a folder (and its subfolders)."""
     name, _, folder = name.partition("=")
     if folder:
-        return image_inputs(cfg, image_files(Path(folder).expanduser())[:size], folder), None
+        files = image_files(Path(folder).expanduser())  # a seeded sample of them, not the first subfolder's
+        chosen = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed))[:size].sort().values
+        return image_inputs(cfg, [files[i] for i in chosen], folder), None
     images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
     return pixel_inputs(cfg, images), pairs
 

@@ -12,8 +12,7 @@ Usage: ``python -m bnn_zoo.train lenet data.name=folder data.path=my_pngs data.i
 """
 from __future__ import annotations
 
-import csv
-import math
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -23,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from .errors import DataError
+from .tables import read_csv, table_columns
 
 OWN_DATA = ("folder", "tensors", "csv")
 ROWS = ("tensors", "csv")  # the kinds whose inputs predict reads from a file of rows
@@ -37,23 +37,25 @@ class Examples:
     y: torch.Tensor
     classes: Optional[list[str]]  # None: regression targets
     features: Optional[list[str]] = None  # a table's feature columns, in the order the network reads them
+    target: Optional[str] = None  # a table's target column
 
 
 def read_own(cfg: DictConfig, categorical: bool) -> tuple[Examples, Examples]:
-    """The (training, test) examples ``cfg.data`` names, unnormalized."""
+    """The (training, test) examples ``cfg.data`` names, unnormalized; the test examples in a
+    fixed random order (a --test-size takes a sample of every class, not the first class)."""
     d = cfg.data
-    if not d.path:
-        raise DataError(f"data.name={d.name} reads your own data: give its location with data.path=PATH")
     path = Path(d.path).expanduser()
-    if d.name == "folder" and not d.test_path and (path / "train").is_dir() and (path / "test").is_dir():
+    if d.name == "folder" and not d.test_path and (path / "train").is_dir():
+        if not (path / "test").is_dir():
+            raise DataError(f"{path} holds train/ but no test/: add test/ with the same class folders, or give "
+                            f"data.path={path / 'train'} (a fifth of it is then held out for testing)")
         train = _read(cfg, path / "train", categorical)
-        return train, _read(cfg, path / "test", categorical, train.classes)
+        return train, _shuffled(_read(cfg, path / "test", categorical, train))
     train = _read(cfg, path, categorical)
     if d.test_path:
-        test = _read(cfg, Path(d.test_path).expanduser(), categorical, train.classes)
-        return train, test
+        return train, _shuffled(_read(cfg, Path(d.test_path).expanduser(), categorical, train))
     if d.name == "tensors" and test_parts(path):
-        return train, _read(cfg, path, categorical, train.classes, "_test")
+        return train, _shuffled(_read(cfg, path, categorical, train, "_test"))
     order = torch.randperm(len(train.y), generator=torch.Generator().manual_seed(SPLIT_SEED))
     held = max(1, int(TEST_SHARE * len(order)))
     if len(order) - held < 2:
@@ -62,19 +64,28 @@ def read_own(cfg: DictConfig, categorical: bool) -> tuple[Examples, Examples]:
     return part(order[held:]), part(order[:held])
 
 
-def _read(cfg: DictConfig, path: Path, categorical: bool, classes: Optional[list[str]] = None,
+def _shuffled(examples: Examples) -> Examples:
+    order = torch.randperm(len(examples.y), generator=torch.Generator().manual_seed(SPLIT_SEED))
+    return replace(examples, x=examples.x[order], y=examples.y[order])
+
+
+def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Examples] = None,
           suffix: str = "") -> Examples:
-    """One part's examples; a test part's labels index the training part's ``classes``."""
+    """One part's examples; a test part's labels index the ``train`` part's classes, and a test
+    table's columns are read by the training table's names."""
+    classes = train.classes if train is not None else None
     if cfg.data.name == "tensors":
         found = read_tensors(cfg, path, categorical, suffix)
         if classes is not None and found.classes is not None:
             if len(found.classes) > len(classes):
                 raise DataError(f"{path}: y{suffix} holds label {len(found.classes) - 1}; its training labels are 0..{len(classes) - 1}")
             found.classes = classes
+    elif cfg.data.name == "folder":
+        found = read_folder(cfg, path)
     else:
-        found = read_folder(cfg, path) if cfg.data.name == "folder" else read_csv(cfg, path, categorical, classes)
-    if len(found.y) == 0:
-        raise DataError(f"{path} holds no examples")
+        target = cfg.data.target if train is None else train.target  # a test table's is the training table's
+        table = read_csv(path, target, categorical, classes, train.features if train is not None else None)
+        found = Examples(table.x, table.y, table.classes, table.features, table.target)
     if classes is not None and found.classes != classes:
         raise DataError(f"{path} holds the classes {found.classes}, its training data {classes}: give both the same classes")
     if categorical and len(found.classes) < 2 and classes is None:
@@ -124,6 +135,9 @@ def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: in
     for file in files:
         try:
             with Image.open(file) as img:
+                if img.mode.startswith("I"):  # 16- or 32-bit gray: to 8 bits by its own range, not clipped
+                    wide = np.asarray(img, dtype=np.float64)
+                    img = Image.fromarray((wide * 255 / max(65535 if img.mode.startswith("I;16") else wide.max(), 1)).astype(np.uint8))
                 img = img.convert(mode)
                 if size:
                     img = img.resize((size[1], size[0]), Image.BILINEAR)
@@ -159,7 +173,7 @@ def _tensor_file(path: Path) -> dict:
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as arrays:  # decodes arrays only, never Python objects
-                return {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files}
+                return {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files if arrays[k].dtype.kind in "biuf"}
         stored = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values only
     except Exception as err:
         raise DataError(f"cannot read {path} as a .npz of arrays or a .pt of tensors ({type(err).__name__}: "
@@ -176,49 +190,28 @@ def read_tensors(cfg: DictConfig, path: Path, categorical: bool, suffix: str = "
     x, y = stored.get("x" + suffix), stored.get("y" + suffix)
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise DataError(f"{path} lacks the tensors x{suffix} and y{suffix} (it holds {', '.join(map(str, stored)) or 'nothing'})")
-    if x.dim() < 2 or y.shape != x.shape[:1]:
+    if x.dim() < 2 or y.shape != x.shape[:1] or not len(y):
         raise DataError(f"{path}: x{suffix} {list(x.shape)} and y{suffix} {list(y.shape)} do not pair up; give x as "
-                        "[N, features] or [N, C, H, W] and y as [N]")
-    x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+                        "[N, features] or [N, C, H, W] and y as [N], N > 0")
+    x = _inputs(x)
     if not categorical:
         return Examples(x, y.float(), None)
-    if y.is_floating_point() or y.dtype == torch.bool or (len(y) and int(y.min()) < 0):
+    if y.is_floating_point() or y.dtype == torch.bool or int(y.min()) < 0:
         raise DataError(f"{path}: a classifier's labels y{suffix} are whole numbers 0..K-1, got {y.dtype} "
                         f"from {y.min().item()}")
     return Examples(x, y.long(), [str(k) for k in range(int(y.max()) + 1)])
 
 
-def read_csv(cfg: DictConfig, path: Path, categorical: bool, classes: Optional[list[str]] = None) -> Examples:
-    """A table with a header row: numeric feature columns and the target column ``data.target``
-    (None: the last). A classifier's classes are the target's values, in numeric or text order
-    (``classes``: the training table's, which a test table's values must be among)."""
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise DataError(f"cannot read {path} as a CSV table ({type(err).__name__}: {err})") from None
-    if len(rows) < 2:
-        raise DataError(f"{path} holds no rows under a header: give a header line and one row per example")
-    header, rows = rows[0], [r for r in rows[1:] if r]
-    target = cfg.data.target if cfg.data.target is not None else header[-1]
-    if target not in header:
-        raise DataError(f"{path} has no column {target!r} (data.target); its columns: {', '.join(header)}")
-    column = header.index(target)
-    values, labels = [], []
-    for n, row in enumerate(rows, 2):
-        if len(row) != len(header):
-            raise DataError(f"{path} line {n} holds {len(row)} values under {len(header)} columns")
-        labels.append(row[column].strip())
-        values.append([_number(v, path, n, header[i]) for i, v in enumerate(row) if i != column])
-    x, features = torch.tensor(values, dtype=torch.float32).reshape(len(values), -1), [h for h in header if h != target]
-    if not categorical:
-        return Examples(x, torch.tensor([_number(v, path, n, target) for n, v in enumerate(labels, 2)]), None, features)
-    unknown = sorted(set(labels) - set(classes)) if classes is not None else []
-    if unknown:
-        raise DataError(f"{path}: column {target!r} holds {unknown[0]!r}, not one of the training classes {classes}")
-    classes = classes or sorted(set(labels), key=lambda v: (0, float(v), v) if _is_number(v) else (1, 0.0, v))
-    index = {name: i for i, name in enumerate(classes)}
-    return Examples(x, torch.tensor([index[v] for v in labels]), classes, features)
+def _inputs(x: torch.Tensor) -> torch.Tensor:
+    """A tensor file's inputs as floats: uint8 ones are images, scaled to 0..1, gray [N, H, W] given
+    a channel and channels-last [N, H, W, 1 or 3] turned channels-first."""
+    if x.dtype != torch.uint8:
+        return x.float()
+    if x.dim() == 3:
+        x = x.unsqueeze(1)
+    elif x.dim() == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):
+        x = x.permute(0, 3, 1, 2)
+    return x.float() / 255.0
 
 
 def read_rows(cfg: DictConfig, path: Path) -> torch.Tensor:
@@ -228,58 +221,49 @@ def read_rows(cfg: DictConfig, path: Path) -> torch.Tensor:
         x = _tensor_file(path).get("x")
         if not isinstance(x, torch.Tensor):
             raise DataError(f"{path} lacks the tensor x of inputs")
-        return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            header, *rows = list(csv.reader(f)) or [[]]
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise DataError(f"cannot read {path} as a CSV table ({type(err).__name__}: {err})") from None
-    missing = [c for c in cfg.data.features if c not in header]
-    if missing or not rows:
-        raise DataError(f"{path} lacks the column(s) {', '.join(missing)} the run reads" if missing else f"{path} holds no rows")
-    where = [header.index(c) for c in cfg.data.features]
-    return torch.tensor([[_number(row[i] if i < len(row) else "", path, n, header[i]) for i in where]
-                         for n, row in enumerate(rows, 2) if row], dtype=torch.float32)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
-def _number(text: str, path: Path, line: int, column: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise DataError(f"{path} line {line}, column {column!r}: {text.strip()[:40]!r} is not a number") from None
-    if not math.isfinite(value):
-        raise DataError(f"{path} line {line}, column {column!r} holds {text.strip()}: fill or drop it")
-    return value
+        return _inputs(x)
+    return table_columns(path, list(cfg.data.features))
 
 
 @dataclass
 class Found:
-    """What a run learns from its training split, kept in its config (data.input_shape,
-    data.classes, data.mean, data.std): normalization per channel of images, per feature of rows."""
+    """What a run learns from its own data, kept in its config (data.input_shape, data.classes,
+    data.features, data.mean, data.std, data.digest): normalization per channel of images, per
+    feature of rows, from the training split; the digest of every example, so that data changed
+    since (the held-out splits would move with it) is refused."""
     input_shape: list[int]
     classes: Optional[list[str]]
     mean: list[float]
     std: list[float]
     features: Optional[list[str]] = None  # a table's feature columns
+    digest: Optional[str] = None
 
     @classmethod
-    def of(cls, x: torch.Tensor, classes: Optional[list[str]], features: Optional[list[str]] = None) -> "Found":
+    def of(cls, x: torch.Tensor, train: Examples, test: Examples) -> "Found":
+        """From ``x``, the training split's inputs, and the examples its train and test parts hold."""
+        names = [*(train.classes or []), *(train.features or [])]
+        odd = next((n for n in names if "${" in n or "\n" in n), None)
+        if odd is not None:
+            raise DataError(f"the class or column name {odd!r} holds '${{' or a line break: rename it")
         over = [0, 2, 3] if x.dim() == 4 else [0]
         flat = x.flatten(2) if x.dim() == 4 else x.flatten(1)
         mean, std = x.mean(over).flatten(), x.std(over).flatten() if len(x) > 1 else torch.ones(flat.shape[1])
         std = torch.where(std > 0, std, torch.ones_like(std))  # a constant input stays as it is
-        return cls(list(x.shape[1:]), classes, mean.tolist(), std.tolist(), features)
+        return cls(list(x.shape[1:]), train.classes, mean.tolist(), std.tolist(), train.features, _digest(train, test))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """Inputs as the network sees them; a DataError where their shape is not the run's."""
         if list(x.shape[1:]) != self.input_shape:
-            raise DataError(f"inputs of shape {list(x.shape[1:])} where the run was trained on {self.input_shape}")
+            raise DataError(f"inputs of shape {list(x.shape[1:])} where the run was trained on {self.input_shape}"
+                            + (" (data.image_size=N resizes images)" if len(self.input_shape) == 3 else ""))
         shape = (1, -1, 1, 1) if x.dim() == 4 else (1, *self.input_shape)
         return (x - torch.tensor(self.mean).reshape(shape)) / torch.tensor(self.std).reshape(shape)
+
+
+def _digest(*parts: Examples) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        for t in (part.x, part.y):
+            h.update(str((t.dtype, tuple(t.shape))).encode())
+            h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()[:32]

@@ -22,7 +22,8 @@ from .abstention import SIGNALS, uncertainty
 from .checkpoint import PARTS
 from .trained import load
 from .config_checks import pick_device
-from .data import class_names, found_of, image_inputs, normalize
+from .data import found_of, normalize
+from .inputs import class_names, image_inputs
 from .errors import ConfigError, DataError
 from .images import load_image
 from .ladder import gate_density, posteriors

@@ -25,6 +25,7 @@ RESUMABLE = ("train.members", "train.epochs", "train.twin_epochs", "train.lr", "
              "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
              "train.capture",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
+             "data.path", "data.test_path", "data.ood",
              "abstention", "mcmc")
 
 

@@ -14,7 +14,8 @@ import torch
 
 from .abstention import DENSITY, SIGNALS, Rule, uncertainty
 from .config_checks import pick_device
-from .data import class_names, found_of, pixel_inputs
+from .data import found_of
+from .inputs import class_names, pixel_inputs
 from .errors import UserError
 from .ladder import Posterior, gate_density, posteriors
 from .likelihoods import Categorical

@@ -71,7 +71,8 @@ def train(cfg: DictConfig) -> dict:
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
-        cfg = with_found(cfg, splits)  # your own data's shape, classes and statistics, for the checkpoint
+        # your own data's shape, classes and statistics, for the checkpoint; checked (the network must fit them)
+        cfg = make_config(with_found(cfg, splits))  # before the run directory is touched
         if not world.main:  # rank 0 writes the run directory, and alone goes on after training
             return train_network(cfg, run, splits, device, stored, world)
         _begin(run, cfg, stored)

@@ -107,6 +107,8 @@ def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torc
         written.append(folder / f"{name}_twin.pt")
         nets = [{"run": t.get("run"), "net": small(t["net"])} for t in map(read, twins)]
         save_atomic({**nets[0], "members": nets[1:]}, written[1])
+    else:
+        (folder / f"{name}_twin.pt").unlink(missing_ok=True)  # a twin shipped before is not this posterior's
     return written
 
 

@@ -49,8 +49,8 @@ CLASSIFIER_DATA, TOY_DATA = ("mnist", "fashion_mnist"), ("polynomial", "sinusoid
 
 def _lenet(hidden: list[int], outputs: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
     if len(shape) != 3 or shape[1] != shape[2]:
-        raise ValueError(f"lenet takes square images [channels, size, size], not inputs of shape {list(shape)}: "
-                         "train mnist_mlp or your own network on them")
+        raise ValueError(f"lenet takes square images [channels, size, size], not inputs of shape {list(shape)}: resize "
+                         "images with data.image_size=N, or train mnist_mlp or your own network on them")
     return LeNet5(outputs, dropout, shape[0], shape[1])
 
 

@@ -12,7 +12,7 @@ import pyro
 
 from bnn_zoo import cli, plots, predict
 from bnn_zoo.abstention import Rule
-from bnn_zoo.data import normalize
+from bnn_zoo.inputs import pixel_inputs
 from bnn_zoo.evaluate import in_distribution, load_for_evaluation
 from bnn_zoo.files import write_atomic
 from bnn_zoo.ood import ood_images
@@ -29,7 +29,7 @@ def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshol
                  ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     x, labels = x.to(trained.device), labels.to(trained.device)
-    letters = normalize(ood_images("notmnist", root, ood_size)).to(trained.device)
+    letters = pixel_inputs(trained.config, ood_images("notmnist", root, ood_size)).to(trained.device)
     rows = {by: [] for by in SCORES}
     for by in SCORES:
         for level in levels:

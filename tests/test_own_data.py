@@ -15,7 +15,7 @@ from bnn_zoo.data import load_splits, validation_split, with_found
 from bnn_zoo.errors import DataError
 from bnn_zoo.evaluate import evaluate_run
 from bnn_zoo.ladder import posteriors
-from bnn_zoo.own_data import Found, read_own
+from bnn_zoo.own_data import SPLIT_SEED, Found, read_own
 from bnn_zoo.predict import main as predict_main
 from bnn_zoo.train import train
 
@@ -101,16 +101,22 @@ def _letters(pngs, data):
     return Found(list(data.input_shape), None, list(data.mean), list(data.std)).normalize(pixels)
 
 
-def test_the_page_answers_a_folder_run_in_its_class_names(folder_run):
+def test_the_page_answers_a_folder_run_with_its_statistics_and_class_names(folder_run):
     from bnn_zoo.serve_answers import Answerer
 
     pixels = torch.zeros(28, 28, dtype=torch.uint8)
     pixels[4:24, 13:15] = 255  # a one
-    answer = Answerer(str(folder_run), "cpu").answer(str(folder_run), pixels)
+    answer = Answerer(str(folder_run), "cpu").answer(str(folder_run), pixels, samples=6, seed=3)
+    trained = load(folder_run, "cpu")
+    data = trained.config.data
+    x = (pixels.float()[None, None] / 255 - data.mean[0]) / data.std[0]  # the run's statistics, not MNIST's
+    pyro.set_rng_seed(3)
+    probs = posteriors(trained)["bayes"].predict(x, 6)
     assert answer["classes"] == ["one", "seven", "zero"]
+    assert torch.allclose(torch.tensor(answer["samples"]), probs[:, 0], atol=1e-6)
 
 
-def test_a_changed_folder_is_refused_on_resume(pngs, folder_run, tmp_path):
+def test_a_folder_that_lost_a_class_is_refused(pngs, folder_run, tmp_path):
     import shutil
 
     moved = tmp_path / "data"
@@ -187,9 +193,10 @@ def test_a_tensor_file_with_its_own_test_set(tmp_path, suffix):
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(path)}))
     splits = load_splits(cfg)
     train_idx, val_idx = validation_split(200, 40)
-    assert len(splits.test) == 40 and torch.equal(splits.test.y, yt) and torch.equal(splits.val.y, y[val_idx])
+    shuffled = torch.randperm(40, generator=torch.Generator().manual_seed(SPLIT_SEED))  # a --test-size samples every class
+    assert len(splits.test) == 40 and torch.equal(splits.test.y, yt[shuffled]) and torch.equal(splits.val.y, y[val_idx])
     mean, std = x[train_idx].mean(0), x[train_idx].std(0)
-    assert torch.allclose(splits.test.x, (xt - mean) / std, atol=1e-5)
+    assert torch.allclose(splits.test.x, (xt[shuffled] - mean) / std, atol=1e-5)
     assert with_found(cfg, splits).data.classes == ["0", "1", "2"]
 
 
@@ -288,7 +295,74 @@ def test_a_test_table_indexes_the_training_classes(tmp_path):
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{
         "data.name": "csv", "data.path": str(tmp_path / "train.csv"), "data.test_path": str(tmp_path / "test.csv")}))
     train_part, test_part = read_own(cfg, True)
-    assert test_part.classes == ["a", "b", "c"] and test_part.y.tolist() == [2, 2, 0] and len(train_part.y) == 30
+    assert test_part.classes == ["a", "b", "c"] and sorted(test_part.y.tolist()) == [0, 2, 2] and len(train_part.y) == 30
+    assert sorted(zip(test_part.x[:, 0].tolist(), test_part.y.tolist())) == [(1.0, 2), (2.0, 2), (3.0, 0)]
     write_csv(tmp_path / "test.csv", ["a", "label"], [[1, "c"], [2, "d"]])
     with pytest.raises(DataError, match=r"column 'label' holds 'd', not one of the training classes \['a', 'b', 'c'\]"):
+        read_own(cfg, True)
+
+
+def test_data_that_grew_since_the_run_trained_is_refused(tmp_path):
+    """One more row moves every held-out split: the run's digest of its examples says so."""
+    x, y = flowers(100)
+    torch.save({"x": x, "y": y}, tmp_path / "d.pt")
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
+    cfg = with_found(cfg, load_splits(cfg))
+    assert len(load_splits(cfg).test) == 20  # the same data: its stored statistics and digest agree
+    torch.save({"x": torch.cat([x, x[:1]]), "y": torch.cat([y, y[:1]])}, tmp_path / "d.pt")
+    with pytest.raises(DataError, match="holds other examples than the run trained on"):
+        load_splits(cfg)
+
+
+def test_a_test_table_is_read_by_the_training_columns_names(tmp_path):
+    x, y = flowers(60)
+    rows = [[f"{r[0]:.3f}", f"{r[1]:.3f}", f"{r[2]:.3f}", k] for r, k in zip(x.tolist(), y.tolist())]
+    write_csv(tmp_path / "train.csv", ["a", "b", "c", "label"], rows)
+    (tmp_path / "test.csv").write_text("\ufeff" + "c,label,a,b\n" + "".join(f"{r[2]},{r[3]},{r[0]},{r[1]}\n" for r in rows[:5]),
+                                       encoding="utf-8")  # another order, and Excel's byte-order mark
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{
+        "data.name": "csv", "data.path": str(tmp_path / "train.csv"), "data.test_path": str(tmp_path / "test.csv")}))
+    train_part, test_part = read_own(cfg, True)
+    assert test_part.features == train_part.features == ["a", "b", "c"]
+    assert sorted(test_part.x.tolist()) == sorted(torch.tensor([[float(v) for v in r[:3]] for r in rows[:5]]).tolist())
+
+
+def test_uint8_image_tensors_train_lenet_as_images(tmp_path):
+    images = torch.randint(0, 256, (60, 16, 16), dtype=torch.uint8)  # [N, H, W] as NumPy's MNIST has them
+    torch.save({"x": images, "y": torch.arange(60) % 2}, tmp_path / "d.pt")
+    cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
+    found = make_config(with_found(cfg, load_splits(cfg)))  # lenet takes them: 1 x 16 x 16
+    assert found.data.input_shape == [1, 16, 16]
+    first = read_own(cfg, True)[0].x[0]  # an image scaled to 0..1, given its channel
+    assert first.shape == (1, 16, 16) and any(torch.equal((first[0] * 255).round().byte(), image) for image in images)
+
+
+def test_a_network_that_cannot_take_the_data_stops_before_the_run_directory(tmp_path):
+    from bnn_zoo.errors import ConfigError
+
+    x, y = flowers(60)
+    torch.save({"x": x, "y": y}, tmp_path / "d.pt")
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
+        train(own_config("lenet", run_dir, **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
+    assert [f.name for f in run_dir.iterdir()] == [".lock"]  # no config, no mark: a new try starts afresh
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a;b;label\n1;2;x\n3;4;y\n", r"holds the column 'a;b;label' alone: give feature columns beside it, separated by commas"),
+    ("a,label\n1,x\n2,\n", r"line 3: the target 'label' is empty; fill or drop the row"),
+])
+def test_tables_without_features_or_targets_are_named(tmp_path, text, message):
+    (tmp_path / "t.csv").write_text(text)
+    cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv")}))
+    with pytest.raises(DataError, match=message):
+        read_own(cfg, True)
+
+
+def test_a_train_folder_without_a_test_folder_is_named(tmp_path):
+    root = bad_folder(tmp_path, "ok")
+    (tmp_path / "split").mkdir()
+    root.rename(tmp_path / "split" / "train")
+    cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "split")}))
+    with pytest.raises(DataError, match="holds train/ but no test/"):
         read_own(cfg, True)
