@@ -38,6 +38,13 @@ class Decision:
     accepted: torch.Tensor  # [N, C] bool: classes whose quantile probability reaches the threshold
     mean_probs: torch.Tensor  # [N, C]
     refused_by_gate: torch.Tensor  # [N] bool: the epistemic signal exceeded its cut
+    signal: str | None = None  # what the gate reads (mutual_information, entropy, feature_density)
+
+    def __repr__(self) -> str:
+        n, c = self.accepted.shape
+        return (f"Decision({n} inputs, {c} classes: {int(self.refused.sum())} refused "
+                f"({int(self.refused_by_quantile.sum())} by the quantile, {int(self.refused_by_gate.sum())} by "
+                f"{self.signal or 'no gate'}), {int(self.multiple.sum())} answered with a set of classes)")
 
     @property
     def refused_by_quantile(self) -> torch.Tensor:
@@ -66,19 +73,18 @@ class Decision:
         return self.mean_probs.argmax(1)
 
     def reasons(self, i: int) -> list[str]:
-        """Which signals refused input ``i``: ``[]`` when it was answered."""
+        """Which signals refused input ``i`` (``quantile``, the gate's signal): ``[]`` when answered."""
         return [name for name, hit in (("quantile", self.refused_by_quantile[i]),
-                                       ("gate", self.refused_by_gate[i])) if hit]
+                                       (self.signal or "gate", self.refused_by_gate[i])) if hit]
 
-    def describe(self, i: int, signal: str | None = None) -> dict:
+    def describe(self, i: int) -> dict:
         """Input ``i``'s answer as plain values: ``accepted`` {class: quantile probability}, best
-        first; ``answer``, None where refused; ``refused_by``, the signals that refused it (the gate
-        under its ``signal``'s name)."""
-        q = self.quantile_probs[i]
-        classes = sorted(self.accepted[i].nonzero()[:, 0].tolist(), key=lambda c: -float(q[c]))
+        first (empty where refused); ``answer``, None where refused; ``refused_by``, the signals
+        that refused it."""
+        q, refused = self.quantile_probs[i], bool(self.refused[i])
+        classes = [] if refused else sorted(self.accepted[i].nonzero()[:, 0].tolist(), key=lambda c: -float(q[c]))
         return {"accepted": {int(c): round(float(q[c]), 4) for c in classes},
-                "answer": None if self.refused[i] else int(self.prediction[i]),
-                "refused_by": [signal if r == "gate" else r for r in self.reasons(i)]}
+                "answer": None if refused else int(self.prediction[i]), "refused_by": self.reasons(i)}
 
 
 def check_probs(probs: torch.Tensor) -> None:
@@ -110,7 +116,7 @@ def abstain(probs: torch.Tensor, quantile: float = 0.5, threshold: float = 0.2, 
     q = torch.quantile(probs.float(), quantile, dim=0)
     gated = (gate_score(probs, quantile, signal, density) > cut if signal is not None
              else torch.zeros(q.shape[0], dtype=torch.bool, device=q.device))
-    return Decision(q, q >= threshold, probs.mean(0), gated)
+    return Decision(q, q >= threshold, probs.mean(0), gated, signal)
 
 
 def gate_score(probs: torch.Tensor, quantile: float, signal: str, density: torch.Tensor | None = None) -> torch.Tensor:

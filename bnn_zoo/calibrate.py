@@ -195,9 +195,12 @@ def summary(certified: dict) -> str:
         r, v = c["rule"], c["validation"]
         unit = "nats" if r["signal"] == DENSITY else "bits"
         gate = f", refuse when {r['signal']} > {r['cut']:.4g} {unit}" if r["signal"] else ""
+        missed = "" if v.get("max_refusal_met", True) else (
+            f"; MAX_REFUSAL MISSED: no certified rule refuses at most {c['max_refusal']:.2%}, so this one answers the "
+            "most (train longer, or ask for a higher risk)")
         lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
                      f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
-                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){set_line}")
+                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){missed}{set_line}")
     return "\n".join(lines)
 
 

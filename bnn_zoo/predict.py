@@ -96,9 +96,9 @@ def _answer(args) -> int:
         sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
         in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
         for i, answer in enumerate(good):
-            answer.update(decision.describe(i, rule.signal))
+            answer.update(decision.describe(i))
             answer["label"] = None if answer["answer"] is None else names[answer["answer"]]
-            answer["uncertainty"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
+            answer["uncertainty_bits"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
             if in_sets is not None and answer["answer"] is not None:  # refused, or answered with a set
                 answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
         rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \

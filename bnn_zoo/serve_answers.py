@@ -123,7 +123,7 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Ten
     """One input's decision under ``rule`` (``gate``: the density scores a density gate reads), with
     the words the page shows."""
     decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
-    described = decision.describe(0, rule.signal)
+    described = decision.describe(0)
     names = [classes[c] for c in described["accepted"]]
     if described["answer"] is None:
         text = "I don't know"
@@ -137,7 +137,7 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Ten
         reasons.append(f"{rule.signal.replace('_', ' ')} {float(value[0]):.3g} {unit} > {rule.cut:.3g}")
     return {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
             "quantiles": decision.quantile_probs[0].cpu().tolist(),
-            "uncertainty": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
+            "uncertainty_bits": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
 
 
 def _quantile_name(q: float) -> str:

@@ -85,7 +85,11 @@ def test_the_gate_refuses_disagreeing_samples_that_the_quantile_rule_accepts():
     gated = Rule(signal="mutual_information", cut=0.1)(probs)
     assert gated.refused.tolist() == [False, True] and gated.prediction.tolist() == [0, -1]
     assert gated.refused_by_gate.tolist() == [False, True] and gated.refused_by_quantile.tolist() == [False, False]
-    assert gated.reasons(0) == [] and gated.reasons(1) == ["gate"]
+    assert gated.reasons(0) == [] and gated.reasons(1) == ["mutual_information"]
+    assert gated.describe(1) == {"accepted": {}, "answer": None, "refused_by": ["mutual_information"]}  # nothing shown as accepted
+    assert gated.describe(0)["accepted"] == {0: round(float(gated.quantile_probs[0, 0]), 4)}
+    assert repr(gated) == ("Decision(2 inputs, 2 classes: 1 refused (0 by the quantile, 1 by mutual_information), "
+                           "0 answered with a set of classes)")
     assert not gated.multiple.any()
     by_entropy = Rule(signal="entropy", cut=0.5)(probs)  # entropy of the means: 0.47 and 0.70 bits
     assert by_entropy.refused.tolist() == [False, True]
@@ -94,7 +98,7 @@ def test_the_gate_refuses_disagreeing_samples_that_the_quantile_rule_accepts():
 def test_both_signals_can_refuse_one_input():
     probs = samples([0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.05, 0.05, 0.9])
     decision = Rule(signal="entropy", cut=1.0)(probs)
-    assert decision.reasons(0) == ["quantile", "gate"]
+    assert decision.reasons(0) == ["quantile", "entropy"]
 
 
 def test_rules_check_their_values_and_round_trip():

@@ -333,3 +333,19 @@ def _shipped(run, folder):
         return load("shipped", DEVICE)
     finally:
         trained.SHIPPED = original
+
+
+def test_a_rule_that_misses_max_refusal_says_so():
+    """A third of the inputs are wrong and unsure: no rule under 5% errors refuses at most 10%."""
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 10, (600,), generator=g)
+    probs = torch.full((1, 600, 10), 0.01)
+    probs[0, torch.arange(600), labels] = 0.91
+    unsure = torch.arange(600) % 3 == 0
+    probs[0, unsure] = 0.1  # a flat answer, wrong as often as not
+    found = certify(probs, labels, risk=0.05, delta=0.05, max_refusal=0.1, signal=None)
+    assert not found.validation["max_refusal_met"] and found.validation["refused"] >= 0.33
+    line = summary({"bayes": {**found.to_dict(), "samples": 1}})
+    assert "MAX_REFUSAL MISSED: no certified rule refuses at most 10.00%, so this one answers the most" in line
+    kept = certify(probs, labels, risk=0.05, delta=0.05, max_refusal=0.4, signal=None)
+    assert kept.validation["max_refusal_met"] and "MISSED" not in summary({"bayes": {**kept.to_dict(), "samples": 1}})

@@ -38,7 +38,7 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
     for i, answer in enumerate((answers[0], answers[2])):
         expected = None if decision.refused[i] else int(decision.prediction[i])
         assert answer["answer"] == expected
-        assert {int(c) for c in answer["accepted"]} == set(decision.accepted[i].nonzero()[:, 0].tolist())
+        assert {int(c) for c in answer["accepted"]} == (set() if decision.refused[i] else set(decision.accepted[i].nonzero()[:, 0].tolist()))
     assert main([str(tiny_run), files[0], "--samples", "5"]) == 0
     rule_line, line = capsys.readouterr().out.strip().splitlines()
     assert rule_line.startswith("rule: median >= 0.2 (the quantile rule")
@@ -70,7 +70,7 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
         expected = (["quantile"] if decision.refused_by_quantile[i] else []) + \
                    (["mutual_information"] if decision.refused_by_gate[i] else [])
         assert answer["refused_by"] == expected
-        assert answer["uncertainty"]["mutual_information"] == pytest.approx(float(mi[i]), abs=1e-5)
+        assert answer["uncertainty_bits"]["mutual_information"] == pytest.approx(float(mi[i]), abs=1e-5)
         assert (answer["answer"] is None) == bool(expected)
         # an accepted input is answered with its certified conformal set, a refused one with none
         in_set = trained.sets["bayes"].predict(probs)[i].nonzero().flatten().tolist()

@@ -61,7 +61,7 @@ def test_the_page_answers_as_the_predict_command_line(client, tmp_path, capsys):
     assert found["answer"] == expected["answer"] == 7 and found["text"] == "7"
     assert found["accepted"] == {str(c): p for c, p in expected["accepted"].items()}
     assert found["refused_by"] == expected["refused_by"] == []
-    assert found["uncertainty"] == pytest.approx(expected["uncertainty"], abs=1e-6)
+    assert found["uncertainty_bits"] == pytest.approx(expected["uncertainty_bits"], abs=1e-6)
     assert torch.equal(torch.tensor(found["pixels"], dtype=torch.uint8), load_image(path))  # as the network sees it
     samples = torch.tensor(found["samples"])
     assert samples.shape == (100, 10)  # the shipped rule's 100 samples, every class
