@@ -206,7 +206,7 @@ def summary(certified: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.command_parser("python -m bnn_zoo.calibrate", __doc__)
-    parser.add_argument("run_dir")
+    parser.add_argument("run_dir", help="a trained classifier run's directory (python -m bnn_zoo.train ...)")
     cli.add_sampling_options(parser, samples="the run's abstention.samples")
     parser.add_argument("--risk", type=float, default=None,
                         help="largest error rate among accepted inputs (default: the run's abstention.risk)")

@@ -11,7 +11,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
+import textwrap
 from typing import Callable
 
 from .config_checks import MAX_SAMPLES
@@ -26,10 +28,24 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def command_parser(prog: str | None, doc: str) -> argparse.ArgumentParser:
-    """A parser whose description is the first paragraph of ``doc`` and whose epilog is the rest."""
-    first, _, rest = (doc or "").strip().partition("\n\n")
+    """A parser whose description is the first paragraph of ``doc`` and whose epilog is the rest
+    (reStructuredText's double backquotes left out: a terminal shows them as they are)."""
+    first, _, rest = inspect.cleandoc(doc or "").replace("``", "").partition("\n\n")
     return OneLineParser(prog=prog, description=first, epilog=rest or None,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def config_keys() -> str:
+    """Every key a run's config has, by section, from the config's own fields (for --help)."""
+    from omegaconf import OmegaConf
+
+    from .config import Config
+
+    defaults = OmegaConf.to_container(OmegaConf.structured(Config))
+    top = [k for k, v in defaults.items() if not isinstance(v, dict)]
+    lines = [", ".join(top)] + [f"{name}.: {', '.join(v)}" for name, v in defaults.items() if isinstance(v, dict)]
+    wrapped = [textwrap.fill(line, 100, initial_indent="  ", subsequent_indent="      ") for line in lines]
+    return "the config's keys (each documented in bnn_zoo/config.py):\n" + "\n".join(wrapped)
 
 
 def count(text: str, least: int = 1, most: int | None = None, unit: str = "") -> int:

@@ -94,7 +94,8 @@ def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
         try:
             getattr(datasets, folder)(str(root_path), train=train, download=True)
         except Exception as err:  # network errors come as URLError, OSError, RuntimeError...
-            raise _missing(folder, root_path, f"the download failed: {err}") from None
+            last = str(err).strip().splitlines()[-1][:160] if str(err).strip() else ""
+            raise _missing(folder, root_path, f"the download failed ({type(err).__name__}: {last})") from None
     image_file, label_file = (find_idx(raw, stem) for stem in stems)
     images, labels = read_idx(image_file), read_idx(label_file)
     if images.dim() != 3 or images.shape[1:] != (28, 28):

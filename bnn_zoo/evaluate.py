@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyro
 import torch
+from tqdm.auto import tqdm
 
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
@@ -137,13 +138,16 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
               seed: int) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
     """evaluate_run's figures per posterior, and the OOD sets skipped (missing data) with why."""
     rungs = posteriors(trained)
+    progress = tqdm(total=len(rungs) * (2 + len(ood)), desc="evaluate", unit="set", leave=False)
     in_probs, costs = {}, {}
     for part, posterior in rungs.items():
         with Measure(trained.device) as measured:
             in_probs[part] = posterior.predict(x, num_samples)
         costs[part] = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
+        progress.update()
     with seeded(seed + 1, trained.device):  # a stream of their own: the test's and OOD sets' draws stay as they were
         refs = fit_references(trained, rungs, num_samples, seed, root)
+    progress.update(len(rungs))
     density = {part: d.score(rungs[part].features(x)) for part, d in refs.density.items()}
     results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
         in_probs[part], labels, rules[part], trained.sets.get(part), refs.sets.get(part),
@@ -157,14 +161,17 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
             x = x.to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
-            print(f"skipping {name}: {err}", file=sys.stderr)
+            progress.write(f"skipping {name}: {err}", file=sys.stderr)
+            progress.update(len(rungs))
             continue
         for part, posterior in rungs.items():
+            progress.update()
             probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
             scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
             results[part].ood[name] = result = ood_result(in_probs[part], probs, rules[part], *scores, gate)
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, rules[part], trained.sets.get(part), seed, gate)
+    progress.close()
     return results, skipped
 
 
@@ -209,18 +216,18 @@ def table(evaluation: Evaluation) -> str:
     e.g. ood/notmnist/by_entropy/auroc), a column per posterior."""
     rows = {part: _flat(r.to_dict()) for part, r in evaluation.posteriors.items()}
     keys = list(dict.fromkeys(k for row in rows.values() for k in row))
+    cell = lambda c: f"{c:.4f}" if isinstance(c, float) else "n/a" if c is None else str(c)  # noqa: E731
+    widths = {p: max(len(p), *(len(cell(row.get(k))) for k in keys)) for p, row in rows.items()}  # no cell overflows
     width = max(len(k) for k in keys)
-    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>9}" for p in rows)]
-    for key in keys:
-        cells = [row.get(key) for row in rows.values()]
-        lines.append(f"{key:<{width}}  " + "  ".join(f"{c:>9.4f}" if isinstance(c, float) else f"{'n/a' if c is None else str(c):>9}"
-                                                      for c in cells))
+    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>{widths[p]}}" for p in rows)]
+    lines += [f"{key:<{width}}  " + "  ".join(f"{cell(row.get(key)):>{widths[p]}}" for p, row in rows.items()) for key in keys]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.command_parser("python -m bnn_zoo.evaluate", __doc__)
-    parser.add_argument("run_dir")
+    parser.add_argument("run_dir", help="a trained classifier run's directory (python -m bnn_zoo.train ...), or a shipped "
+                                        "posterior's name: lenet, mnist_mlp, lenet_fashion")
     cli.add_sampling_options(parser)
     cli.add_rule_options(parser)
     cli.add_data_options(parser)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .files import write_atomic
 
@@ -32,31 +33,35 @@ def _save(fig: Figure, path: Path, dpi: int = 110) -> Figure:
 
 
 def training_curve(metrics: dict, path: Path) -> Figure:
-    """Loss per example by epoch for the BNN (with its KL part) and the twin; validation figures."""
-    fig = Figure(figsize=(11, 4))
-    ax_loss, ax_val = fig.subplots(1, 2)
-    for label, part in (("Bayesian", "bayes"), ("deterministic", "twin")):
-        hist = metrics.get(part, {}).get("history", [])
+    """Loss per example by epoch for the BNN (with its KL part) and the twin; validation figures
+    where the run has them (a toy run has none: its panel is left out). Epochs are whole numbers,
+    and each epoch a marker, so a one-epoch run shows its point."""
+    histories = {label: metrics.get(part, {}).get("history", []) for label, part in
+                 (("Bayesian", "bayes"), ("deterministic", "twin"))}
+    validated = any("val/nll" in h for hist in histories.values() for h in hist)
+    fig = Figure(figsize=(11 if validated else 6, 4))
+    ax_loss, *ax_val = fig.subplots(1, 2 if validated else 1, squeeze=False)[0]
+    for label, hist in histories.items():
         if not hist:
             continue
-        ax_loss.plot([h["epoch"] for h in hist], [h["loss"] for h in hist], label=f"{label}: loss")
+        ax_loss.plot([h["epoch"] for h in hist], [h["loss"] for h in hist], "o-", ms=3, label=f"{label}: loss")
         parts = [h for h in hist if "kl" in h]
         if parts:
-            ax_loss.plot([h["epoch"] for h in parts], [h["kl"] for h in parts], "--", label="Bayesian: KL part")
-            ax_loss.plot([h["epoch"] for h in parts], [h["data_fit"] for h in parts], ":",
+            ax_loss.plot([h["epoch"] for h in parts], [h["kl"] for h in parts], "o--", ms=3, label="Bayesian: KL part")
+            ax_loss.plot([h["epoch"] for h in parts], [h["data_fit"] for h in parts], "o:", ms=3,
                          label="Bayesian: data-fit part")
         evals = [h for h in hist if "val/nll" in h]
-        key = "val/accuracy" if evals and "val/accuracy" in evals[0] else "val/nll"
-        if evals:
-            ax_val.plot([h["epoch"] for h in evals], [h[key] for h in evals], "o-", label=label)
-            ax_val.set_ylabel(key)
+        if evals and ax_val:
+            key = "val/accuracy" if "val/accuracy" in evals[0] else "val/nll"
+            ax_val[0].plot([h["epoch"] for h in evals], [h[key] for h in evals], "o-", label=label)
+            ax_val[0].set(xlabel="epoch", ylabel=key, title="validation")
     ax_loss.set(xlabel="epoch", ylabel="nats per training example",
                 title="training loss (negative ELBO / N for the BNN)")
     ax_loss.set_yscale("symlog", linthresh=0.01)  # log-like, yet a toy NLL may be negative
-    ax_loss.legend()
-    ax_val.set(xlabel="epoch", title="validation")
-    if ax_val.lines:
-        ax_val.legend()
+    for ax in (ax_loss, *ax_val):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        if ax.lines:
+            ax.legend()
     return _save(fig, path, 120)
 
 

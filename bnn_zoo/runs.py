@@ -110,7 +110,8 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
     holds another run's files, unless ``overwrite`` (then ``remove_run_files`` once the new run is
     ready to write); files of a run's names that no run wrote stop it either way. A second process
     that claims the folder meanwhile stops at once. The lock goes with the process, even a killed
-    one. A folder that cannot be written stops it before any work."""
+    one; a run that stops before writing anything (missing data, say) takes its lock file and its
+    empty folder away. A folder that cannot be written stops it before any work."""
     make_folder(run_dir)
     check_writable(run_dir)
     with open_lock(run_dir / LOCK) as lock:
@@ -129,7 +130,12 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
             raise ConfigError(f"run directory {run_dir} holds a run already ({', '.join(present)}): continue "
                               f"it with resume={run_dir}, replace it with overwrite=true, or choose "
                               "another run_dir=DIR")
-        yield
+        try:
+            yield
+        finally:
+            if not owned(run_dir) and not existing_run(run_dir):  # it stopped before writing: no trace left
+                (run_dir / LOCK).unlink(missing_ok=True)
+                _remove_if_empty(run_dir)
 
 
 def remove_run_files(run_dir: Path) -> None:

@@ -185,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     """Train a Bayesian network and its deterministic twin from a config.
 
     CONFIG is a name from configs/ (toy_mlp, toy_sinusoid, mnist_mlp, lenet, ...) or a .yaml path;
-    overrides are dotted key=value pairs, e.g. train.epochs=3 data.root=DIR run_dir=runs/x
-    device=cpu model.guide=lowrank infer=nuts (every key is documented in bnn_zoo/config.py).
+    overrides are dotted key=value pairs, e.g. train.epochs=3 data.root=DIR device=cpu. The run goes
+    to run_dir (default runs/ARCH); resume=DIR continues the run in DIR; overwrite=true replaces it.
     """
     parser = cli.command_parser("python -m bnn_zoo.train", main.__doc__)
+    parser.epilog = f"{parser.epilog}\n\n{cli.config_keys()}"
     parser.add_argument("args", nargs="*", metavar="CONFIG | key=value")
     args = parser.parse_args(argv).args
     name, overrides = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)

@@ -119,6 +119,9 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
     device = pick_device(device) if isinstance(device, str) else device
     if not Path(run_dir).exists() and str(run_dir) in shipped_names():
         return _shipped(str(run_dir), device)
+    if not Path(run_dir).exists():
+        raise CheckpointError(f"{run_dir} is neither a run directory nor a shipped posterior (those are "
+                              f"{', '.join(shipped_names())})")
     run_dir = Path(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
     twin = run_dir / TWIN_CHECKPOINT

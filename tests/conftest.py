@@ -13,6 +13,8 @@ from bnn_zoo.zoo import ARCHITECTURES
 ZOO = list(ARCHITECTURES)
 SHARED_DATA = Path(os.environ.get("BNN_ZOO_DATA")
                    or Path(__file__).resolve().parents[2] / "shared" / "data")
+NO_MNIST = ("no MNIST to test on: set BNN_ZOO_DATA=DIR, DIR holding MNIST/raw (and FashionMNIST/raw, notMNIST/raw) "
+            "as torchvision lays them out")
 # A small hidden layer for the MLPs keeps the Pyro-client tests fast; LeNet's shape is fixed.
 SMALL = {"toy_mlp": [16], "mnist_mlp": [32], "lenet": None}
 # Where training and the command lines run by default (device=auto): a test that recomputes their
@@ -46,7 +48,7 @@ def param_mode(mode: str):
 @pytest.fixture
 def shared_data() -> Path:
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"no MNIST under {SHARED_DATA} (set BNN_ZOO_DATA)")
+        pytest.skip(NO_MNIST)
     return SHARED_DATA
 
 
@@ -74,7 +76,7 @@ def tiny_run(tmp_path_factory):
     from bnn_zoo.train import train
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"no MNIST under {SHARED_DATA}")
+        pytest.skip(NO_MNIST)
     run_dir = tmp_path_factory.mktemp("tiny_mnist")
     train(tiny_config("mnist_mlp", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
                                       "model.hidden": "[32]", "data.train_limit": 1000,

@@ -62,3 +62,32 @@ def test_counts_take_an_upper_bound():
     assert cli.count("4", most=4) == 4
     with pytest.raises(argparse.ArgumentTypeError, match="^at most 4 images, got 5$"):
         cli.count("5", most=4, unit="images")
+
+
+def test_help_texts_say_what_a_user_needs(capsys):
+    from omegaconf import OmegaConf
+
+    from bnn_zoo import calibrate, evaluate, train
+    from bnn_zoo.config import Config
+
+    for main in (train.main, calibrate.main, evaluate.main):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = capsys.readouterr().out
+        assert "``" not in text  # no raw reStructuredText
+        if main is train.main:
+            assert "resume=DIR" in text and "overwrite=true" in text and "default runs/ARCH" in text
+            flat = " ".join(text.split())
+            for section, keys in OmegaConf.to_container(OmegaConf.structured(Config)).items():
+                for key in keys if isinstance(keys, dict) else [section]:
+                    assert f" {key}," in flat or f" {key} " in flat or flat.endswith(f" {key}"), key
+        else:
+            assert "run_dir" in text and "a trained classifier run's directory" in " ".join(text.split())
+
+
+def test_a_mistyped_shipped_name_lists_the_shipped_ones(capsys):
+    from bnn_zoo.predict import main
+
+    assert main(["lenett", "x.png"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: lenett is neither a run directory nor a shipped posterior "
+                                               "(those are lenet, lenet_fashion, mnist_mlp)")

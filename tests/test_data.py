@@ -90,12 +90,26 @@ def test_missing_mnist_offline_error(tmp_path, monkeypatch):
 
     from torchvision import datasets
 
-    def no_network(self):
-        raise OSError("network unreachable")
+    def no_network(self):  # as torchvision reports it: a line per mirror tried
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n"
+                           "<urlopen error [Errno -3] Temporary failure in name resolution>")
 
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
-    with pytest.raises(DataError, match="the download failed: network unreachable"):
+    with pytest.raises(DataError, match=r"the download failed \(RuntimeError: <urlopen error \[Errno -3\] Temporary "
+                                        r"failure in name resolution>\)") as err:
         data.load_torchvision("mnist", str(tmp_path), download=True)
+    assert "\n" not in str(err.value)
+
+
+def test_a_run_that_finds_no_data_leaves_no_lock_or_folder(tmp_path):
+    from conftest import tiny_config
+
+    from bnn_zoo.train import train
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(DataError, match="MNIST not found"):
+        train(tiny_config("mnist_mlp", run_dir=str(run_dir), **{"data.root": str(tmp_path / "nothing"), "data.download": False}))
+    assert not run_dir.exists()
 
 
 def test_data_root_order(monkeypatch, tmp_path):

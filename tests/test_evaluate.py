@@ -27,7 +27,8 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert twin.ood["notmnist"].by_mutual_information is None  # one deterministic softmax: no MI
     assert twin.ood["notmnist"].best_auroc == twin.ood["notmnist"].by_entropy.auroc
     assert bayes.ood["notmnist"].best_auroc == bayes.ood["notmnist"].by_mutual_information.auroc
-    # the table prints every figure of the file, a row each, a column per posterior
+    # the table prints every figure of the file, a row each, a column per posterior, none overflowing
+    assert len({len(line) for line in printed.splitlines()}) == 1
     rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()[1:]}
     scaled = results.posteriors[TWIN_SCALED]
     assert printed.splitlines()[0].split() == ["metric", BAYES, TWIN, TWIN_SCALED]

@@ -4,7 +4,7 @@ from pathlib import Path
 import pyro
 import pytest
 import torch
-from conftest import SHARED_DATA, SMALL, ZOO, example_batch, tiny_config
+from conftest import NO_MNIST, SHARED_DATA, SMALL, ZOO, example_batch, tiny_config
 
 from bnn_zoo import build, load, make_twin, predict
 from bnn_zoo.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
@@ -144,7 +144,7 @@ def ensemble_config(arch, run_dir, **overrides):
 def ensembles(tmp_path_factory):
     """A two-member ensemble of each architecture, the twins trained with dropout."""
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"no MNIST under {SHARED_DATA}")
+        pytest.skip(NO_MNIST)
     found = {}
     for arch in ZOO:
         run_dir = tmp_path_factory.mktemp(arch)
@@ -269,7 +269,7 @@ def rungs(tmp_path_factory):
     """The rungs the ensembles above do not cover, each a tiny mnist_mlp run: a deep ensemble of
     plain twins beside an ensemble of low-rank guides, and a single MC dropout twin beside NUTS."""
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"no MNIST under {SHARED_DATA}")
+        pytest.skip(NO_MNIST)
     deep, single = tmp_path_factory.mktemp("deep"), tmp_path_factory.mktemp("single")
     train(ensemble_config("mnist_mlp", deep, **{"train.members": 3, "model.guide": "lowrank", "model.guide_rank": 2}))
     train(ensemble_config("mnist_mlp", single, **{

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import SHARED_DATA, tiny_config
+from conftest import NO_MNIST, SHARED_DATA, tiny_config
 
 from bnn_zoo import load
 from bnn_zoo.checkpoint import CHECKPOINT, read
@@ -66,7 +66,7 @@ def test_the_check_of_a_factory_s_outputs_leaves_the_network_as_it_was_made(own_
 
 def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_path):
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"no MNIST under {SHARED_DATA}")
+        pytest.skip(NO_MNIST)
     from bnn_zoo.train import train
 
     run_dir = tmp_path / "run"
@@ -148,7 +148,7 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     from bnn_zoo.train import train
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"no MNIST under {SHARED_DATA}")
+        pytest.skip(NO_MNIST)
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     run_dir = tmp_path / "run"
     train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),

@@ -56,3 +56,13 @@ def test_variance_parts_split_the_predictive():
     assert parts["epistemic"].item() == pytest.approx(np.sqrt(2.0))
     assert parts["aleatoric"].item() == pytest.approx(np.sqrt((0.09 + 0.16) / 2))
     assert parts["total"].item() == pytest.approx(np.sqrt(2.0 + 0.125))
+
+
+def test_training_curve_leaves_out_what_it_has_not_and_counts_whole_epochs(tmp_path):
+    toy = {"bayes": {"history": [{"epoch": 1, "loss": 2.0, "kl": 1.0, "data_fit": 1.0}]}}  # one epoch, no validation
+    fig = plots.training_curve(toy, tmp_path / "t.png")
+    assert len(fig.axes) == 1  # no empty validation panel
+    (loss_ax,) = fig.axes
+    assert loss_ax.lines[0].get_marker() == "o"  # one epoch shows as a point
+    ticks = loss_ax.xaxis.get_major_locator().tick_values(0.96, 1.04)
+    assert all(float(t).is_integer() for t in ticks)

@@ -7,7 +7,7 @@ import sys
 import pyro
 import pytest
 import torch
-from conftest import SHARED_DATA, tiny_config
+from conftest import NO_MNIST, SHARED_DATA, tiny_config
 
 from bnn_zoo import load, predict
 from bnn_zoo.checkpoint import CHECKPOINT, HMC_SAMPLES
@@ -79,7 +79,7 @@ def test_cli_smoke_run_of_every_config(name, tmp_path):
     tiny = ["train.epochs=2", "train.eval_every=1", "train.val_samples=2", "train.test_samples=3"]
     if cfg.arch != "toy_mlp":
         if not (SHARED_DATA / "MNIST" / "raw").is_dir():
-            pytest.skip(f"no MNIST under {SHARED_DATA}")
+            pytest.skip(NO_MNIST)
         tiny += ["data.train_limit=300", "data.val_size=100", "data.test_limit=100"]
     result = _cli(name, *tiny, f"run_dir={tmp_path}", "train.progress=false")
     assert result.returncode == 0, result.stderr
