@@ -146,8 +146,8 @@ def markdown(runs: dict[str, ScoredRun]) -> str:
              " | near-OOD refused (mean; overlaid: or both in the set) |", "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
     for name, run in runs.items():
         for r in run.evaluation.posteriors.values():
-            rule = f"q>={r.rule.threshold}" + (f", {'MI' if r.rule.signal == 'mutual_information' else 'H'}"
-                                               f"<={r.rule.cut:.3g}" if r.rule.signal else "")
+            short = {"mutual_information": "MI", "entropy": "H", "feature_density": "-log density"}
+            rule = f"q>={r.rule.threshold}" + (f", {short[r.rule.signal]}<={r.rule.cut:.3g}" if r.rule.signal else "")
             cells = [_cell(figure(r.test), percent) for _, percent, figure in IN_DISTRIBUTION]
             lines.append(f"| {name} | {r.posterior} | {rule} | " + " | ".join(cells) +
                          f" | {_cell(run.near_refused(r), True)} |")
