@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import cli
+from .data import found_of
 from .ood import white_noise
 from .errors import UserError
 from .images import load_image
@@ -48,12 +49,14 @@ def example_pixels(name: str) -> torch.Tensor:
     return EXAMPLES[name][1]()
 
 
-def read_image(body: bytes) -> torch.Tensor:
-    """Uploaded or drawn image bytes as the predict command line reads a file: uint8 [28, 28]."""
+def read_image(body: bytes, as_mnist: bool = True) -> torch.Tensor:
+    """Uploaded or drawn image bytes as the predict command line reads a file: uint8 [28, 28]; for
+    a run on your own images (not ``as_mnist``) as it read them, the whole image resized, neither
+    inverted nor centred."""
     if not body:
         raise BadRequest("nothing was sent: draw a digit on the canvas, choose an image file, or click an example")
     try:
-        return load_image(io.BytesIO(body))
+        return load_image(io.BytesIO(body)) if as_mnist else load_image(io.BytesIO(body), invert="no", centre=False)
     except ValueError as err:
         raise BadRequest(f"cannot use this file: {err}") from None
 
@@ -102,7 +105,8 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
         body = None if example else await _body(request, max_upload)
 
         def work():  # decoding an upload takes a while too: in the thread pool, beside the answer
-            return answerer.answer(name, example_pixels(example) if example else read_image(body), **knobs)
+            as_mnist = found_of(answerer.model(name).trained.config) is None  # else read as its own images were
+            return answerer.answer(name, example_pixels(example) if example else read_image(body, as_mnist), **knobs)
 
         return JSONResponse(await _in_thread(work))
 

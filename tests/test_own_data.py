@@ -116,6 +116,25 @@ def test_the_page_answers_a_folder_run_with_its_statistics_and_class_names(folde
     assert torch.allclose(torch.tensor(answer["samples"]), probs[:, 0], atol=1e-6)
 
 
+def test_the_page_reads_an_upload_as_the_folder_run_read_its_images(folder_run):
+    """Neither centred nor inverted, as MNIST-style drawings are: the whole image, resized."""
+    import io
+
+    from starlette.testclient import TestClient
+
+    from bnn_zoo.serve import create_app
+    from bnn_zoo.serve_answers import Answerer
+
+    corner = np.zeros((56, 56), dtype=np.uint8)
+    corner[2:20, 4:8] = 255  # a stroke in a corner, on a larger canvas
+    body = io.BytesIO()
+    Image.fromarray(corner).save(body, format="PNG")
+    client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
+    found = client.post(f"/api/answer?model={folder_run}&samples=2", content=body.getvalue()).json()
+    expected = np.asarray(Image.fromarray(corner).resize((28, 28), Image.BILINEAR))
+    assert np.array_equal(np.array(found["pixels"], dtype=np.uint8), expected)
+
+
 def test_a_folder_that_lost_a_class_is_refused(pngs, folder_run, tmp_path):
     import shutil
 
