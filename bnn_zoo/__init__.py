@@ -12,6 +12,8 @@ Usage::
     probs = bnn_zoo.posteriors(trained)["bayes"].predict(x, num_samples=100)   # guide or ensemble alike
     probs = bnn_zoo.predict(model, guide, x, num_samples=100)   # one guide (or weight samples)
 """
+from importlib.metadata import PackageNotFoundError, version
+
 from .bnn import BayesianNet, bayesian
 from .conformal import ConformalSets, calibrate_sets
 from .trained import Trained, load
@@ -25,6 +27,11 @@ from .reparam import LocalReparameterization
 from .temperature import fit_temperature
 from .twin import Twin
 from .zoo import ARCHITECTURES, build, make_net, make_twin
+
+try:
+    __version__ = version("bnn-zoo")
+except PackageNotFoundError:  # the source tree, not installed
+    __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "Gaussian",
            "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",

@@ -165,8 +165,11 @@ SHIPPED_DATA = {"mnist_mlp": "mnist", "lenet": "mnist", "lenet_fashion": "fashio
 
 @pytest.mark.parametrize("name", list(SHIPPED_DATA))
 def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
-    from bnn_zoo.trained import SHIPPED, shipped_names
+    from bnn_zoo.abstention import DENSITY
+    from bnn_zoo.calibration import density_cuts
     from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.ladder import posteriors
+    from bnn_zoo.trained import SHIPPED, shipped_names
 
     assert name in shipped_names()
     for path in (SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"):
@@ -177,10 +180,13 @@ def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
         assert trained.rules["bayes"].signal == "mutual_information"
         for part in ("bayes", "twin"):  # certified: the chosen rule passed its test at the corrected level
             c = trained.calibration[part]
-            assert c["validation"]["p_value"] <= c["validation"]["level"] == c["delta"] / len(CUTS)
+            density = c["rule"]["signal"] == DENSITY  # a density gate's cuts: density_cuts' 60 and no gate
+            cuts = len(density_cuts(torch.arange(100.0))) if density else len(CUTS)
+            assert c["validation"]["p_value"] <= c["validation"]["level"] == c["delta"] / cuts
             assert c["validation"]["risk"] <= c["risk"] and c["validation"]["size"] == 5000
+            assert (part in trained.densities) == density  # a density gate ships with its density
         images, labels = load_torchvision(SHIPPED_DATA[name], str(shared_data), train=False, download=False)
-        probs = predict(trained.model, trained.guide, normalize(images[:300]), 20)
+        probs = posteriors(trained)["bayes"].predict(normalize(images[:300]), 20)  # an ensemble's mixture
     decision = trained.rules["bayes"](probs)
     kept = ~decision.refused
     floor = 0.95 if SHIPPED_DATA[name] == "mnist" else 0.85

@@ -49,7 +49,7 @@ def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_p
 
 def test_rejection_report_refuses_a_missing_run(tmp_path, capsys):
     assert script_main("noise", [str(tmp_path / "none")], "doc") == 2
-    assert "no checkpoint" in capsys.readouterr().err
+    assert "is neither a run directory nor a shipped posterior" in capsys.readouterr().err
 
 
 def test_an_unknown_ood_set_is_named(tiny_run):

@@ -173,7 +173,7 @@ def test_the_command_line_serves_the_page_and_refuses_a_bad_model():
         server.terminate()
         server.wait(timeout=30)
     done = subprocess.run([sys.executable, "-m", "bnn_zoo.serve", "no_such_model"], capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("error: no checkpoint at no_such_model")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("error: no_such_model is neither a run directory nor a shipped posterior")
     done = subprocess.run([sys.executable, "-m", "bnn_zoo.serve", "--port", "70000"], capture_output=True, text=True)
     assert done.returncode == 2 and "a port is at most 65535" in done.stderr
 
