@@ -22,6 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generator
 
+import pyro
 import torch
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 from torch import nn
@@ -51,7 +52,10 @@ class Posterior(ABC):
         check_inputs(x)
         rows = self.rows(num_samples)
         positive_sizes(rows, chunk_size, batch_size)
-        return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)
+        # Each guide answers with its own parameters whatever the caller's mode: in Pyro's global
+        # parameter store, an ensemble's guides (or two runs' of one architecture) would share names.
+        with pyro.settings.context(module_local_params=True):
+            return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)
 
     @abstractmethod
     def chunks(self, x: torch.Tensor, num_samples: int, chunk_size: int) -> Generator[Chunk, None, None]:
@@ -92,7 +96,7 @@ class VariationalPosterior(Posterior):
     def features(self, x):
         """At the guide's posterior mean (its median: the mean of a Gaussian guide)."""
         prefix = len("net.")
-        with torch.no_grad(), evaluating(self.model):
+        with torch.no_grad(), evaluating(self.model), pyro.settings.context(module_local_params=True):
             mean = {name[prefix:]: value for name, value in self.guide.median().items()}
             return features(self.model.skeleton, lambda xb: self.model.forward_with(mean, xb), x)
 

@@ -202,6 +202,21 @@ def test_a_shipped_ensemble_answers_as_its_run(ensembles, tmp_path, monkeypatch)
         load("ens")
 
 
+def test_an_ensemble_answers_with_each_member_in_pyro_s_global_parameter_store(ensembles):
+    """The members' guides share their parameters' names: in the global store they would read one
+    another's; each answers with its own whatever the caller's mode."""
+    trained = load(ensembles["mnist_mlp"][0])
+    mixture, x = posteriors(trained)[BAYES], torch.randn(6, 1, 28, 28)
+    with pyro.settings.context(module_local_params=True):
+        pyro.set_rng_seed(2)
+        local = mixture.predict(x, 8)
+    pyro.set_rng_seed(2)
+    assert torch.equal(mixture.predict(x, 8), local)  # the global store (the tests' default)
+    pyro.set_rng_seed(2)
+    first = mixture.members[0].predict(x, 4)
+    assert torch.allclose(local[:4], first) and not torch.allclose(local[4:], mixture.members[0].predict(x, 4))
+
+
 def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
     train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False}))
     member = lambda: torch.load(tmp_path / MEMBERS / "1" / CHECKPOINT, "cpu", weights_only=True)  # noqa: E731

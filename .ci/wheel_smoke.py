@@ -1,0 +1,43 @@
+"""The installed wheel (not the source tree) answers right after install: the shipped lenet loads,
+predict answers a digit and refuses noise, and the page serves its HTML and an answer.
+
+Usage (from a folder outside the source tree): python wheel_smoke.py
+"""
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+from PIL import Image
+
+import bnn_zoo
+
+assert "site-packages" in bnn_zoo.__file__, f"bnn_zoo comes from {bnn_zoo.__file__}, not the installed wheel"
+trained = bnn_zoo.load("lenet")
+assert len(trained.members) == 2 and "bayes" in trained.rules and "bayes" in trained.sets, "the shipped lenet is incomplete"
+seven = np.zeros((28, 28), dtype=np.uint8)
+seven[6:8, 8:21], seven[8:23, 18:20] = 255, 255  # a 7's bar and stroke
+Image.fromarray(seven).save("seven.png")
+Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save("noise.png")
+done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "lenet", "seven.png", "noise.png", "--json"],
+                      capture_output=True, text=True, check=True)
+seven_answer, noise_answer = json.loads(done.stdout)
+assert noise_answer["answer"] is None, noise_answer
+print("predict:", seven_answer["label"], "for the seven;", "refused", noise_answer["refused_by"], "for the noise")
+
+server = subprocess.Popen([sys.executable, "-m", "bnn_zoo.serve", "--port", "8765"], stdout=subprocess.PIPE, text=True)
+try:
+    assert "http://127.0.0.1:8765/" in server.stdout.readline(), "the page did not start"
+    page = urllib.request.urlopen("http://127.0.0.1:8765/", timeout=60).read().decode()
+    assert "<canvas" in page, "the page has no canvas"
+    request = urllib.request.Request("http://127.0.0.1:8765/api/answer?example=digit", method="POST")
+    started = time.perf_counter()
+    answer = json.loads(urllib.request.urlopen(request, timeout=120).read())
+    print(f"the page: answered the example digit {answer['text']!r} in {time.perf_counter() - started:.2f} s")
+    assert answer["text"] == "7", answer["text"]
+finally:
+    server.terminate()
+    server.wait(30)
+print("the wheel", bnn_zoo.__version__, "answers right after install")
