@@ -13,6 +13,7 @@ import numpy as np
 from PIL import Image
 
 import bnn_zoo
+import bnn_zoo.config
 
 assert "site-packages" in bnn_zoo.__file__, f"bnn_zoo comes from {bnn_zoo.__file__}, not the installed wheel"
 trained = bnn_zoo.load("lenet")
@@ -24,7 +25,8 @@ Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uin
 done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "lenet", "seven.png", "noise.png", "--json"],
                       capture_output=True, text=True, check=True)
 seven_answer, noise_answer = json.loads(done.stdout)
-assert noise_answer["answer"] is None, noise_answer
+assert seven_answer["answer"] == 7 and noise_answer["answer"] is None, (seven_answer, noise_answer)
+assert bnn_zoo.config.load_config("lenet").arch == "lenet", "the configs are not in the wheel"
 print("predict:", seven_answer["label"], "for the seven;", "refused", noise_answer["refused_by"], "for the noise")
 
 server = subprocess.Popen([sys.executable, "-m", "bnn_zoo.serve", "--port", "8765"], stdout=subprocess.PIPE, text=True)

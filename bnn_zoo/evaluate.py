@@ -231,14 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_sampling_options(parser)
     cli.add_rule_options(parser)
     cli.add_data_options(parser)
-    parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json)")
+    parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json; for a shipped name, ./NAME_eval.json)")
     parser.add_argument("--ood", nargs="*", default=None, type=ood_name,
                         help=f"OOD sets: {', '.join(OOD_SETS)}, or NAME=FOLDER of images (default: notmnist noise "
                              "fashion_mnist; a FashionMNIST run: mnist notmnist noise; and the run's data.ood)")
     args = parser.parse_args(argv)
 
     def command() -> int:
-        output = Path(args.output or Path(args.run_dir) / "eval.json")
+        shipped = not Path(args.run_dir).exists()  # a shipped posterior's name: its figures go beside you
+        output = Path(args.output or (f"{args.run_dir}_eval.json" if shipped else Path(args.run_dir) / "eval.json"))
         if not output.parent.is_dir():  # found out before the work, not after
             raise ConfigError(f"--output {output}: folder {output.parent} does not exist; create it or "
                               "write elsewhere")

@@ -19,6 +19,7 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from typing import Generator
 
@@ -52,10 +53,7 @@ class Posterior(ABC):
         check_inputs(x)
         rows = self.rows(num_samples)
         positive_sizes(rows, chunk_size, batch_size)
-        # Each guide answers with its own parameters whatever the caller's mode: in Pyro's global
-        # parameter store, an ensemble's guides (or two runs' of one architecture) would share names.
-        with pyro.settings.context(module_local_params=True):
-            return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)
+        return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)
 
     @abstractmethod
     def chunks(self, x: torch.Tensor, num_samples: int, chunk_size: int) -> Generator[Chunk, None, None]:
@@ -76,6 +74,14 @@ class Posterior(ABC):
         return None
 
 
+def own_parameters(guide: nn.Module):
+    """A context in which ``guide`` answers with its own parameters: module-local ones where it was
+    built with them (``bnn_zoo.load``'s pairs; in Pyro's global store an ensemble's guides, which
+    share names, would read one another's), the global store where it was built in that."""
+    built_local = hasattr(getattr(guide, "_pyro_context", None), "param_state")  # pyro.nn.module's, pinned < 1.10
+    return pyro.settings.context(module_local_params=True) if built_local else contextlib.nullcontext()
+
+
 def _count(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
 
@@ -91,12 +97,13 @@ class VariationalPosterior(Posterior):
                       "mean-field VI")
 
     def chunks(self, x, num_samples, chunk_size):
-        return network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)
+        with own_parameters(self.guide):
+            yield from network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)
 
     def features(self, x):
         """At the guide's posterior mean (its median: the mean of a Gaussian guide)."""
         prefix = len("net.")
-        with torch.no_grad(), evaluating(self.model), pyro.settings.context(module_local_params=True):
+        with torch.no_grad(), evaluating(self.model), own_parameters(self.guide):
             mean = {name[prefix:]: value for name, value in self.guide.median().items()}
             return features(self.model.skeleton, lambda xb: self.model.forward_with(mean, xb), x)
 

@@ -18,7 +18,7 @@ import pyro
 import torch
 
 from . import cli
-from .abstention import SIGNALS, uncertainty
+from .abstention import DENSITY, SIGNALS, uncertainty
 from .checkpoint import PARTS
 from .trained import load
 from .config_checks import pick_device
@@ -103,8 +103,8 @@ def _answer(args) -> int:
                 answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
         rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
             f"rule: {rule.quantile} quantile >= {rule.threshold}"
-        if rule.signal:
-            rule_text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
+        if rule.signal:  # a density gate's signal is minus the log density, in nats
+            rule_text += f", refuse when {rule.signal} > {rule.cut:.4g} {'nats' if rule.signal == DENSITY else 'bits'}"
     if args.json:
         print(json.dumps(answers, indent=2))
     elif good:

@@ -110,12 +110,13 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
     holds another run's files, unless ``overwrite`` (then ``remove_run_files`` once the new run is
     ready to write); files of a run's names that no run wrote stop it either way. A second process
     that claims the folder meanwhile stops at once. The lock goes with the process, even a killed
-    one; a run that stops before writing anything (missing data, say) takes its lock file and its
-    empty folder away. A folder that cannot be written stops it before any work."""
+    one; a run that stops before writing anything (missing data, say) in a folder it made takes
+    its lock file and the folder away. A folder that cannot be written stops it before any work."""
+    created = not run_dir.exists()
     make_folder(run_dir)
     check_writable(run_dir)
     with open_lock(run_dir / LOCK) as lock:
-        if not _lock(lock):
+        if not _lock(lock) or not _still_there(lock, run_dir / LOCK):
             lock.seek(0)
             holder = lock.read().strip() or "another process"
             raise ConfigError(f"run directory {run_dir} is in use by {holder}: wait for it to finish, or "
@@ -133,7 +134,7 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
         try:
             yield
         finally:
-            if not owned(run_dir) and not existing_run(run_dir):  # it stopped before writing: no trace left
+            if created and not owned(run_dir) and not existing_run(run_dir):  # it stopped before writing: no trace
                 (run_dir / LOCK).unlink(missing_ok=True)
                 _remove_if_empty(run_dir)
 
@@ -161,6 +162,15 @@ def remove_run_files(run_dir: Path) -> None:
 def _remove_if_empty(folder: Path) -> None:
     with contextlib.suppress(OSError):  # missing, or it holds someone's files
         folder.rmdir()
+
+
+def _still_there(lock, path: Path) -> bool:
+    """Whether the locked file is still the one at ``path`` (a run that stopped before writing takes
+    its lock file away: a process that opened it just before holds a lock on nothing)."""
+    try:
+        return os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _lock(f) -> bool:

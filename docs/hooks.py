@@ -2,14 +2,16 @@
 and what it printed go into its page, with the commit); the results page is drawn from the
 scoreboard's JSON.
 
-A tutorial's page holds the line ``<!-- run: NAME.py -->``; the script runs in a fresh folder of
-its own, and a failing tutorial fails the build.
+A tutorial's page holds the line ``<!-- run: NAME.py -->``; under ``mkdocs build`` the script runs
+in a fresh folder of its own (its runs and the networks it trusts stay there), and a failing
+tutorial fails the build; ``mkdocs serve`` shows the source alone, so that it rebuilds in seconds.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,7 +20,9 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 RUN = re.compile(r"^<!-- run: (\S+\.py) -->$", re.M)
-RESULTS = re.compile(r"^<!-- results: (\S+\.json) -->$", re.M)
+TUTORIAL_TIMEOUT = 1800  # seconds: a hanging tutorial fails the build instead of hanging it
+COMMAND: dict = {}  # mkdocs' command: build (runs the tutorials) or serve (shows their source)
+RESULTS = re.compile(r"^<!-- (scoreboard|peers|ddp): (\S+\.json) -->$", re.M)
 
 
 def _commit() -> str:
@@ -28,22 +32,54 @@ def _commit() -> str:
 
 def _run(name: str) -> str:
     script = DOCS / "tutorials" / name
-    with tempfile.TemporaryDirectory() as folder:
+    source = f"```python\n{script.read_text().strip()}\n```\n\n"
+    if COMMAND.get("name") == "serve":  # rebuilt on every edit: the tutorials run in mkdocs build
+        return source + "_Its output appears in the built site: `mkdocs build` runs each tutorial._\n"
+    with tempfile.TemporaryDirectory() as folder:  # its files, and the networks it trusts, stay in it
+        env = {**os.environ, "BNN_ZOO_HOME": folder,
+               "PYTHONPATH": os.pathsep.join(p for p in (folder, str(DOCS.parent), os.environ.get("PYTHONPATH")) if p)}
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": folder})
+        done = subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True, env=env,
+                              timeout=TUTORIAL_TIMEOUT)
         seconds = time.perf_counter() - started
     if done.returncode:
         raise RuntimeError(f"tutorial {name} failed:\n{done.stderr[-3000:]}")
-    return (f"```python\n{script.read_text().strip()}\n```\n\nWhat it printed when this site was built "
-            f"(commit {_commit()}, {seconds:.0f} s, {os.cpu_count()} CPU cores):\n\n```text\n{done.stdout.strip()}\n```\n")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return source + (f"What it printed when this site was built (commit {_commit()}, {seconds:.0f} s, {cores} CPU "
+                     f"cores):\n\n```text\n{done.stdout.strip()}\n```\n")
 
 
-def _results(name: str) -> str:
-    """The scoreboard's in-distribution and OOD figures per posterior, from its JSON."""
+def on_startup(command: str, **_) -> None:
+    COMMAND["name"] = command
+
+
+def _peers(data: dict) -> str:
+    """Training steps per second of each contender on each network: the median of the rounds."""
+    archs = list(data["results"])
+    contenders = list(dict.fromkeys(c for arch in archs for c in data["results"][arch]))
+    rows = [f"| {c} | " + " | ".join(f"{data['results'][a][c]['steps_per_s']:.1f}" if c in data["results"][a] else "n/a"
+                                     for a in archs) + " |" for c in contenders]
+    return "\n".join([f"| contender | {' | '.join(archs)} |", "| --- |" + " --- |" * len(archs), *rows]) + "\n"
+
+
+def _ddp(data: dict) -> str:
+    """Training examples per second on one rank and on several, the median of the runs."""
+    rows = [f"| {ranks} | {statistics.median(runs):,.0f} | {', '.join(f'{r:,.0f}' for r in runs)} |"
+            for ranks, runs in data["runs"].items()]
+    return "\n".join([f"{data['config']}: {data['ratio']:.2f}x on {max(data['runs'], key=int)} ranks.", "",
+                      "| ranks | examples per second (median) | each run |", "| --- | --- | --- |", *rows]) + "\n"
+
+
+def _results(kind: str, name: str) -> str:
+    """A measurement's figures drawn from the JSON its command wrote, with the command and commit."""
     data = json.loads((DOCS / "results" / name).read_text())
-    lines = [f"`{data['command']}` at commit {data['commit']} ({data['machine']}):", "",
-             "| run | posterior | accuracy | NLL | refused | right among accepted | near-OOD refused (mean) |",
+    head = f"`{data['command']}` at commit {data['commit']} ({data['machine']}):\n\n"
+    return head + {"scoreboard": _scoreboard, "peers": _peers, "ddp": _ddp}[kind](data)
+
+
+def _scoreboard(data: dict) -> str:
+    """The scoreboard's in-distribution and OOD figures per posterior."""
+    lines = ["| run | posterior | accuracy | NLL | refused | right among accepted | near-OOD refused (mean) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     far_rows = []
     for run, scored in data["runs"].items():
@@ -72,4 +108,4 @@ def on_page_markdown(markdown: str, **_) -> str:
     if markdown.strip() == "<!-- readme -->":
         return _readme()
     markdown = RUN.sub(lambda m: _run(m.group(1)), markdown)
-    return RESULTS.sub(lambda m: _results(m.group(1)), markdown)
+    return RESULTS.sub(lambda m: _results(m.group(1), m.group(2)), markdown)

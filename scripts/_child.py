@@ -34,3 +34,18 @@ def in_own_process(script: str, spec: dict, timeout: float | None = None) -> dic
     except (IndexError, json.JSONDecodeError):
         raise ChildFailed(spec, f"no JSON on its last line of output: {done.stdout.strip()[-500:]!r} "
                                 f"{done.stderr.strip()[-1500:]}", 0) from None
+
+
+def provenance() -> dict:
+    """What a figure needs beside it: the command that measured it, the commit of the code it ran,
+    and the machine (the docs' results page prints them with the figures)."""
+    import platform
+
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {"command": " ".join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]]), "commit": commit,
+            "machine": f"{cores} CPU cores ({platform.machine()}), {gpu}"}

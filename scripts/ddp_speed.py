@@ -19,6 +19,7 @@ from pathlib import Path
 from bnn_zoo import cli
 from bnn_zoo.errors import ConfigError
 from bnn_zoo.files import write_atomic
+from _child import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
                   f"(rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
         print(f"{args.ranks} ranks over 1: {many / one:.2f}x")
         if args.json:
-            write_atomic(Path(args.json), json.dumps({"config": args.config, "overrides": args.override,
+            write_atomic(Path(args.json), json.dumps({**provenance(), "config": args.config, "overrides": args.override,
                                                       "runs": runs, "ratio": many / one}, indent=2))
         return 0
 

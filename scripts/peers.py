@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 
-from _child import ChildFailed, in_own_process
+from _child import ChildFailed, in_own_process, provenance
 
 CONTENDERS = ("zoo", "zoo_traced", "zoo_compiled", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
               "twin")
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
     print(report(results, args.device))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "steps": args.steps, "rounds": args.rounds, "results": results}, f,
+            json.dump({**provenance(), "device": args.device, "steps": args.steps, "rounds": args.rounds, "results": results}, f,
                       indent=2)
     return 0
 

@@ -29,6 +29,7 @@ from bnn_zoo.references import TARGETS
 from bnn_zoo.ood import NEAR, font_files
 from bnn_zoo.own_data import OWN_DATA
 from bnn_zoo.trained import load
+from _child import provenance
 
 # (header, shown in percent, the figure): the in-distribution columns, then those per OOD set
 IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
@@ -248,7 +249,8 @@ def main(argv=None) -> int:
         runs = {run: score(run, args.samples, args.ood_size, args.near_size, seconds[run], tuple(args.ood), seed=args.seed,
                            test_size=args.test_size, data_root=args.data_root, device=args.device)
                 for run in args.runs}
-        write_atomic(out / "scoreboard.json", json.dumps({name: run.to_dict() for name, run in runs.items()}, indent=2))
+        write_atomic(out / "scoreboard.json", json.dumps({**provenance(), "runs": {name: run.to_dict() for name, run in runs.items()}},
+                                                        indent=2))
         table = markdown(runs)
         write_atomic(out / "scoreboard.md", table + "\n")
         plot(runs, out)

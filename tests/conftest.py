@@ -13,8 +13,8 @@ from bnn_zoo.zoo import ARCHITECTURES
 ZOO = list(ARCHITECTURES)
 SHARED_DATA = Path(os.environ.get("BNN_ZOO_DATA")
                    or Path(__file__).resolve().parents[2] / "shared" / "data")
-NO_MNIST = ("no MNIST to test on: set BNN_ZOO_DATA=DIR, DIR holding MNIST/raw (and FashionMNIST/raw, notMNIST/raw) "
-            "as torchvision lays them out")
+NO_MNIST = (f"no MNIST in {SHARED_DATA}: set BNN_ZOO_DATA=DIR, DIR holding MNIST/raw (and FashionMNIST/raw, "
+            "notMNIST/raw) as torchvision lays them out")
 # A small hidden layer for the MLPs keeps the Pyro-client tests fast; LeNet's shape is fixed.
 SMALL = {"toy_mlp": [16], "mnist_mlp": [32], "lenet": None}
 # Where training and the command lines run by default (device=auto): a test that recomputes their

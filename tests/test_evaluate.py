@@ -240,3 +240,13 @@ def test_overlaid_digits_are_handled_when_refused_or_answered_with_both():
     assert handled_overlaid(probs, pairs, Rule(threshold=0.95), None) == 1.0  # every one refused
     wide = ConformalSets("thr", 0.1, threshold=0.96, n=100)  # every class with p >= 0.04: both, on each
     assert handled_overlaid(probs, pairs, Rule(threshold=0.4), wide) == 1.0
+
+
+def test_a_shipped_posterior_is_evaluated_by_name_beside_you(shared_data, tmp_path, monkeypatch, capsys):
+    from bnn_zoo import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    assert evaluate.main(["lenet_fashion", "--samples", "2", "--test-size", "20", "--ood", "noise", "--ood-size", "10",
+                          "--data-root", str(shared_data)]) == 0
+    written = json.loads((tmp_path / "lenet_fashion_eval.json").read_text())
+    assert written["run_dir"] == "lenet_fashion" and set(written["posteriors"]["bayes"]["ood"]) == {"noise"}

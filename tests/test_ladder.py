@@ -302,7 +302,7 @@ def test_every_rung_scores_on_the_ladder_with_its_cost(rungs, ensembles, tmp_pat
     assert load_script("scoreboard").main([*runs, "--out", str(out), "--samples", "6", "--test-size", "100",
                                            "--ood-size", "30", "--near-size", "10"]) == 0
     printed = capsys.readouterr().out
-    results = json.loads((out / "scoreboard.json").read_text())
+    results = json.loads((out / "scoreboard.json").read_text())["runs"]
     found = {run: results[run]["posteriors"] for run in runs}
     labels = {run: {part: r["posterior"] for part, r in found[run].items()} for run in runs}
     assert labels == {runs[0]: {BAYES: "ensemble of 3 low-rank VI (rank 2)", TWIN: "deep ensemble of 3 twins"},

@@ -246,7 +246,9 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     assert load_script("scoreboard").main([str(certified_run), "--out", str(out), "--samples", "3",
                                            "--test-size", "150", "--ood-size", "40", "--near-size", "20"]) == 0
     printed = capsys.readouterr().out
-    results = json.loads((out / "scoreboard.json").read_text())[str(certified_run)]
+    written = json.loads((out / "scoreboard.json").read_text())
+    assert written["command"].startswith("python ") and written["commit"] and "CPU cores" in written["machine"]
+    results = written["runs"][str(certified_run)]
     assert results["far"] == ["notmnist", "noise", "fashion_mnist"]
     assert results["near"] == ["letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank"]
     from bnn_zoo.ood import font_files  # the fonts that drew the letters, recorded beside them

@@ -368,6 +368,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
         browser.get(url)
         wait_for(browser, "return document.body.dataset.ready", "the page to load its models")
         by_id = lambda name: browser.find_element("id", name)  # noqa: E731
+        assert by_id("answer").text == "Draw a digit" and "click an example" in by_id("why").text  # not a blank screen
 
         def draw_seven():  # the strokes of a 7, with the mouse, on the 280 x 280 pad
             pad = by_id("pad")
@@ -390,6 +391,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
 
         assert answer_after(browser, by_id("example-letter").click, "the letter example") == "I don't know"
         assert by_id("why").text.startswith("refused: mutual information")
+        assert browser.execute_script("return strokes") == 0  # the drawing went with the click
         assert answer_after(browser, by_id("example-digit").click, "the digit example") == "7"
 
         photo = tmp_path / "photo.png"
@@ -409,6 +411,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
         assert "not a readable image" in wait_for(
             browser, "const e = document.getElementById('error'); return e.style.display == 'block' && e.textContent",
             "the message about the broken file")
+        assert by_id("answer").text == "" and by_id("twin-answer").text == ""  # no earlier answer beside the error
         by_id("clear").click()
         by_id("send").click()
         assert by_id("error").text.startswith("The canvas is empty")

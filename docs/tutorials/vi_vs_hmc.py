@@ -8,7 +8,7 @@ from bnn_zoo.ladder import posteriors
 from bnn_zoo.plots import variance_parts
 from bnn_zoo.train import train
 
-# Small settings so the page builds in a minute: 1,000 epochs of SVI, 200 NUTS samples after 200 of warm-up.
+# Small settings so the page builds in a few minutes: 1,000 epochs of SVI, 200 NUTS samples after 200 of warm-up.
 train(load_config("toy_mlp", ["infer=nuts", "train.epochs=1000", "mcmc.num_samples=200", "mcmc.warmup_steps=200",
                               "run_dir=runs/toy_vi_hmc", "overwrite=true", "train.progress=false"]))
 rungs = posteriors(bnn_zoo.load("runs/toy_vi_hmc"))
