@@ -81,6 +81,8 @@ def test_cli_smoke_run_of_every_config(name, tmp_path):
         if not (SHARED_DATA / "MNIST" / "raw").is_dir():
             pytest.skip(NO_MNIST)
         tiny += ["data.train_limit=300", "data.val_size=100", "data.test_limit=100"]
+    if cfg.infer == "nuts":  # the chain's path, not its length: 400 NUTS steps cost 45 s and proved no more
+        tiny += ["mcmc.num_samples=4", "mcmc.warmup_steps=4"]
     result = _cli(name, *tiny, f"run_dir={tmp_path}", "train.progress=false")
     assert result.returncode == 0, result.stderr
     for file in RUN_FILES:
@@ -88,6 +90,7 @@ def test_cli_smoke_run_of_every_config(name, tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert [h["epoch"] for h in metrics["bayes"]["history"]] == [1, 2]
     assert ("test/accuracy" in metrics["bayes"]) == (cfg.arch != "toy_mlp")
+    assert ("hmc" in metrics) == (cfg.infer == "nuts")
 
 
 def test_cli_errors_are_one_clear_line(capsys, tmp_path):
