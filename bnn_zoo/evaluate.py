@@ -127,6 +127,10 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = default_ood(trained.config) if ood is None else ood
+    names = [entry.partition("=")[0] for entry in ood]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice:  # its figures would overwrite each other's
+        raise ConfigError(f"the OOD set name {twice!r} is given twice (sets: {', '.join(names)}): give each folder a name of its own")
     with seeded(seed, trained.device):
         results, skipped = _evaluate(trained, rules, x.to(trained.device), labels, ood, ood_size,
                                      num_samples, root, seed)

@@ -385,3 +385,10 @@ def test_a_train_folder_without_a_test_folder_is_named(tmp_path):
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "split")}))
     with pytest.raises(DataError, match="holds train/ but no test/"):
         read_own(cfg, True)
+
+
+def test_two_ood_sets_of_one_name_are_refused(folder_run, pngs):
+    from bnn_zoo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="the OOD set name 'letters' is given twice"):
+        evaluate_run(folder_run, num_samples=2, ood=("letters", f"letters={pngs / 'letters'}"), ood_size=5)
