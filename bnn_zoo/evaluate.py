@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
-from .trained import Trained, load
+from .trained import Trained, load, shipped_names
 from .config_checks import pick_device
 from .conformal import ConformalSets
 from .cost import Cost as Measure
@@ -130,7 +130,8 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     names = [entry.partition("=")[0] for entry in ood]
     twice = next((name for name in names if names.count(name) > 1), None)
     if twice:  # its figures would overwrite each other's
-        raise ConfigError(f"the OOD set name {twice!r} is given twice (sets: {', '.join(names)}): give each folder a name of its own")
+        raise ConfigError(f"the OOD set name {twice!r} is given twice (sets: {', '.join(names)}; the run's data.ood and "
+                          "--ood): give each folder a name of its own")
     with seeded(seed, trained.device):
         results, skipped = _evaluate(trained, rules, x.to(trained.device), labels, ood, ood_size,
                                      num_samples, root, seed)
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        shipped = not Path(args.run_dir).exists()  # a shipped posterior's name: its figures go beside you
+        shipped = not Path(args.run_dir).exists() and args.run_dir in shipped_names()  # its figures go beside you
         output = Path(args.output or (f"{args.run_dir}_eval.json" if shipped else Path(args.run_dir) / "eval.json"))
         if not output.parent.is_dir():  # found out before the work, not after
             raise ConfigError(f"--output {output}: folder {output.parent} does not exist; create it or "

@@ -19,11 +19,9 @@ Usage::
 """
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
 from typing import Generator
 
-import pyro
 import torch
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 from torch import nn
@@ -33,7 +31,8 @@ from .bnn import BayesianNet
 from .checkpoint import PARTS
 from .density import features
 from .errors import CheckpointError
-from .sampling import Chunk, check_inputs, evaluating, fill_predictions, network_chunks, positive_sizes, sample_chunks
+from .sampling import (Chunk, check_inputs, evaluating, fill_predictions, network_chunks, own_parameters, positive_sizes,
+                       sample_chunks)
 from .trained import Trained
 from .twin import Twin
 
@@ -74,14 +73,6 @@ class Posterior(ABC):
         return None
 
 
-def own_parameters(guide: nn.Module):
-    """A context in which ``guide`` answers with its own parameters: module-local ones where it was
-    built with them (``bnn_zoo.load``'s pairs; in Pyro's global store an ensemble's guides, which
-    share names, would read one another's), the global store where it was built in that."""
-    built_local = hasattr(getattr(guide, "_pyro_context", None), "param_state")  # pyro.nn.module's, pinned < 1.10
-    return pyro.settings.context(module_local_params=True) if built_local else contextlib.nullcontext()
-
-
 def _count(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
 
@@ -97,8 +88,7 @@ class VariationalPosterior(Posterior):
                       "mean-field VI")
 
     def chunks(self, x, num_samples, chunk_size):
-        with own_parameters(self.guide):
-            yield from network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)
+        return network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)
 
     def features(self, x):
         """At the guide's posterior mean (its median: the mean of a Gaussian guide)."""

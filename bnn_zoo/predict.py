@@ -103,8 +103,10 @@ def _answer(args) -> int:
                 answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
         rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
             f"rule: {rule.quantile} quantile >= {rule.threshold}"
-        if rule.signal:  # a density gate's signal is minus the log density, in nats
-            rule_text += f", refuse when {rule.signal} > {rule.cut:.4g} {'nats' if rule.signal == DENSITY else 'bits'}"
+        if rule.signal == DENSITY:  # minus the log density of its features, in nats
+            rule_text += f", refuse when minus the log density of its features > {rule.cut:.4g} nats"
+        elif rule.signal:
+            rule_text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
     if args.json:
         print(json.dumps(answers, indent=2))
     elif good:

@@ -28,6 +28,21 @@ NORMALIZED_RANGE = ((0 - MNIST_MEAN) / MNIST_STD, (1 - MNIST_MEAN) / MNIST_STD)
 IMAGE_LIMIT = 10.0
 
 
+def own_parameters(module: torch.nn.Module):
+    """A context in which a Pyro module (a guide, a model) reads its parameters in the mode it was
+    built in: its own, module-local ones where it was built with them (``bnn_zoo.load``'s pairs;
+    in Pyro's global store an ensemble's guides, which share names, would take one another's, for
+    good), the global store where it was built in that. Only around the module's own call, so no
+    setting outlives it."""
+    built_local = hasattr(getattr(module, "_pyro_context", None), "param_state")  # pyro.nn.module's, pinned < 1.10
+    return pyro.settings.context(module_local_params=built_local)
+
+
+def _in_own_parameters(model: torch.nn.Module, forward, weights: dict, xb: torch.Tensor) -> torch.Tensor:
+    with own_parameters(model):  # a likelihood's learned noise scale is one of the model's parameters
+        return forward(weights, xb)
+
+
 def draw_weights(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_samples: int,
                  index: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
     """``num_samples`` weight sets, {parameter name: [num_samples, *shape]}: from a guide in one
@@ -35,7 +50,7 @@ def draw_weights(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, n
     if isinstance(posterior, dict):
         return {name: posterior[f"net.{name}"][index] for name in model.weight_shapes
                 if f"net.{name}" in posterior}
-    with pyro.plate("_posterior_samples", num_samples, dim=-2):
+    with own_parameters(posterior), pyro.plate("_posterior_samples", num_samples, dim=-2):
         trace = poutine.trace(posterior).get_trace(x[:1])
     weights = {}
     for name, shape in model.weight_shapes.items():
@@ -172,7 +187,7 @@ def network_chunks(model: BayesianNet, posterior: WeightSource, x: torch.Tensor,
             weights = draw_weights(model, posterior, x, n, None if index is None else index[start:start + n])
             for name, mask in (keep or {}).items():
                 weights[name] = weights[name] * mask
-            yield n, lambda xb: forward(weights, xb)
+            yield n, lambda xb: _in_own_parameters(model, forward, weights, xb)
             weights.clear()  # this chunk's weights go before the next chunk's are drawn
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,9 +40,16 @@ def _run(name: str) -> str:
         env = {**os.environ, "BNN_ZOO_HOME": folder,
                "PYTHONPATH": os.pathsep.join(p for p in (folder, str(DOCS.parent), os.environ.get("PYTHONPATH")) if p)}
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True, env=env,
-                              timeout=TUTORIAL_TIMEOUT)
+        child = subprocess.Popen([sys.executable, str(script)], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env, start_new_session=True)  # its own group: a timeout stops all of it
+        try:
+            stdout, stderr = child.communicate(timeout=TUTORIAL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            stdout, stderr = child.communicate()
+            raise RuntimeError(f"tutorial {name} ran past {TUTORIAL_TIMEOUT} s:\n{stderr[-3000:]}") from None
         seconds = time.perf_counter() - started
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     if done.returncode:
         raise RuntimeError(f"tutorial {name} failed:\n{done.stderr[-3000:]}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -57,8 +65,8 @@ def _peers(data: dict) -> str:
     """Training steps per second of each contender on each network: the median of the rounds."""
     archs = list(data["results"])
     contenders = list(dict.fromkeys(c for arch in archs for c in data["results"][arch]))
-    rows = [f"| {c} | " + " | ".join(f"{data['results'][a][c]['steps_per_s']:.1f}" if c in data["results"][a] else "n/a"
-                                     for a in archs) + " |" for c in contenders]
+    cell = lambda r: "n/a" if r is None else f"{r['steps_per_s']:.1f}" if "steps_per_s" in r else "skipped"  # noqa: E731
+    rows = [f"| {c} | " + " | ".join(cell(data["results"][a].get(c)) for a in archs) + " |" for c in contenders]
     return "\n".join([f"| contender | {' | '.join(archs)} |", "| --- |" + " --- |" * len(archs), *rows]) + "\n"
 
 

@@ -6,6 +6,7 @@ Usage: ``result = in_own_process(__file__, {"arch": "lenet", ...})``
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -43,9 +44,13 @@ def provenance() -> dict:
 
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    try:  # "+changes" where the tree differs from its commit
+        here = os.path.dirname(os.path.abspath(__file__))
+        commit = subprocess.run(["git", "describe", "--always", "--dirty=+changes"], cwd=here, capture_output=True,
+                                text=True).stdout.strip() or "unknown"
+    except OSError:  # no git here: the figure still gets written
+        commit = "unknown"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return {"command": " ".join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]]), "commit": commit,
+    return {"command": shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]]), "commit": commit,
             "machine": f"{cores} CPU cores ({platform.machine()}), {gpu}"}

@@ -215,6 +215,15 @@ def test_an_ensemble_answers_with_each_member_in_pyro_s_global_parameter_store(e
     pyro.set_rng_seed(2)
     first = mixture.members[0].predict(x, 4)
     assert torch.allclose(local[:4], first) and not torch.allclose(local[4:], mixture.members[0].predict(x, 4))
+    # bnn_zoo.predict on each member in the global store leaves each guide its own weights, for good
+    before = [dict(m.guide.named_parameters()) for m in (trained, trained.members[0])]
+    before = [{k: v.detach().clone() for k, v in b.items()} for b in before]
+    for member in (trained, trained.members[0]):
+        predict(member.model, member.guide, x, 2)
+    after = [dict(m.guide.named_parameters()) for m in (trained, trained.members[0])]
+    assert all(torch.equal(b[k], a[k]) for b, a in zip(before, after) for k in b)
+    pyro.set_rng_seed(2)
+    assert torch.equal(mixture.predict(x, 8), local)
 
 
 def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
