@@ -45,7 +45,8 @@ HIDDEN = "give one or more whole positive widths (for example [400, 400]), or nu
 
 COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
 # The whole-number keys: (least, most); null, where allowed, means a default
-WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.image_size": COUNT, "data.channels": (1, 3), "data.train_limit": COUNT, "data.test_limit": COUNT,
+WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.image_size": COUNT, "data.channels": (1, 3),
+         "data.train_limit": COUNT, "data.test_limit": COUNT,
          "train.epochs": COUNT, "train.batch_size": COUNT, "train.lr_step": COUNT, "train.num_particles": COUNT,
          "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
          "train.twin_epochs": COUNT, "train.members": COUNT, "mcmc.num_samples": COUNT,
@@ -145,12 +146,20 @@ def recipe(cfg: DictConfig) -> Recipe:
     if cfg.data.input_shape is None:
         return spec
     classes = spec.classes if cfg.data.classes is None else len(cfg.data.classes)  # your own data's
-    spec = replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
-    try:  # the network must take the data's shape: a few milliseconds to build it once
-        make_net(spec, None if cfg.model.hidden is None else list(cfg.model.hidden), cfg.model.noise)
+    return replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
+
+
+def check_network_fits(cfg: DictConfig) -> None:
+    """The network ``cfg`` names must take its own data's shape, once found: built once, where the
+    data is found, not at every config that names it, and from a fork of torch's random stream
+    (the run's draws stay as they were)."""
+    if cfg.data.input_shape is None:  # MNIST's and the toy sets' shapes are the recipes' own
+        return
+    try:
+        with torch.random.fork_rng(devices=[]):
+            make_net(recipe(cfg), None if cfg.model.hidden is None else list(cfg.model.hidden), cfg.model.noise)
     except ValueError as err:
         raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
-    return spec
 
 
 def check_device_name(name: str) -> None:

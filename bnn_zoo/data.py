@@ -62,7 +62,8 @@ class Splits:
     found: Optional[Found] = field(default=None)  # your own data: what the training split showed
 
     def to(self, device) -> "Splits":
-        return Splits(self.train.to(device), self.val and self.val.to(device), self.test.to(device), self.found)
+        return Splits(self.train.to(device), None if self.val is None else self.val.to(device), self.test.to(device),
+                      self.found)
 
 
 def data_root(root: Optional[str] = None) -> Path:
@@ -193,8 +194,8 @@ def run_split(cfg, part: str, root: str | None = None, limit: int | None = None)
     or ``test`` set, the first ``limit`` of it, as normalized inputs and labels; ``root`` defaults to
     the config's."""
     if cfg.data.name in OWN_DATA:
-        found = load_splits(cfg)
-        chosen = {"train": found.train, "val": found.val, "test": found.test}[part]
+        splits = load_splits(cfg)
+        chosen = {"train": splits.train, "val": splits.val, "test": splits.test}[part]
         return chosen.x[:limit], chosen.y[:limit]
     images, labels = load_torchvision(cfg.data.name, root or cfg.data.root, train=part != "test", download=cfg.data.download)
     if part == "test":

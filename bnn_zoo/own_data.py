@@ -51,11 +51,12 @@ def read_own(cfg: DictConfig, categorical: bool) -> tuple[Examples, Examples]:
                             f"data.path={path / 'train'} (a fifth of it is then held out for testing)")
         train = _read(cfg, path / "train", categorical)
         return train, _shuffled(_read(cfg, path / "test", categorical, train))
-    train = _read(cfg, path, categorical)
+    stored = _tensor_file(path) if d.name == "tensors" else None  # read once, for both its parts
+    train = _read(cfg, path, categorical, stored=stored)
     if d.test_path:
         return train, _shuffled(_read(cfg, Path(d.test_path).expanduser(), categorical, train))
-    if d.name == "tensors" and test_parts(path):
-        return train, _shuffled(_read(cfg, path, categorical, train, "_test"))
+    if stored is not None and all(key in stored for key in ("x_test", "y_test")):  # its own test set
+        return train, _shuffled(_read(cfg, path, categorical, train, "_test", stored))
     order = torch.randperm(len(train.y), generator=torch.Generator().manual_seed(SPLIT_SEED))
     held = max(1, int(TEST_SHARE * len(order)))
     if len(order) - held < 2:
@@ -70,12 +71,12 @@ def _shuffled(examples: Examples) -> Examples:
 
 
 def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Examples] = None,
-          suffix: str = "") -> Examples:
+          suffix: str = "", stored: Optional[dict] = None) -> Examples:
     """One part's examples; a test part's labels index the ``train`` part's classes, and a test
-    table's columns are read by the training table's names."""
+    table's columns are read by the training table's names. ``stored``: a tensor file already read."""
     classes = train.classes if train is not None else None
     if cfg.data.name == "tensors":
-        found = read_tensors(cfg, path, categorical, suffix)
+        found = read_tensors(path, stored if stored is not None else _tensor_file(path), categorical, suffix)
         if classes is not None and found.classes is not None:
             if len(found.classes) > len(classes):
                 raise DataError(f"{path}: y{suffix} holds label {len(found.classes) - 1}; its training labels are 0..{len(classes) - 1}")
@@ -162,11 +163,6 @@ def _size(shape) -> str:
     return f"{shape[1]}x{shape[0]}"
 
 
-def test_parts(path: Path) -> bool:
-    """Whether a tensor file holds its own test set (x_test and y_test)."""
-    return all(key in _tensor_file(path) for key in ("x_test", "y_test"))
-
-
 def _tensor_file(path: Path) -> dict:
     if not path.is_file():
         raise DataError(f"no file at {path}: data.path names a .pt or .npz file holding x and y")
@@ -183,10 +179,9 @@ def _tensor_file(path: Path) -> dict:
     return stored
 
 
-def read_tensors(cfg: DictConfig, path: Path, categorical: bool, suffix: str = "") -> Examples:
-    """``x`` [N, ...] and ``y`` [N] (or ``x_test``, ``y_test``) of a .pt or .npz file; uint8 inputs are
-    images, scaled to 0..1."""
-    stored = _tensor_file(path)
+def read_tensors(path: Path, stored: dict, categorical: bool, suffix: str = "") -> Examples:
+    """``x`` [N, ...] and ``y`` [N] (or ``x_test``, ``y_test``) of a .pt or .npz file (``stored``, its
+    content, read from ``path``); uint8 inputs are images, scaled to 0..1."""
     x, y = stored.get("x" + suffix), stored.get("y" + suffix)
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise DataError(f"{path} lacks the tensors x{suffix} and y{suffix} (it holds {', '.join(map(str, stored)) or 'nothing'})")

@@ -34,7 +34,7 @@ from .calibrate import calibrate_run, summary
 from .capture import DESCRIBED
 from .checkpoint import config_dict, replace_config, save_atomic
 from .config import make_config, resolved
-from .config_checks import pick_device, recipe
+from .config_checks import check_network_fits, pick_device, recipe
 from .data import TOY_FUNCTIONS, Splits, load_splits, with_found
 from .distributed import World
 from .factory import build_from_config
@@ -71,8 +71,9 @@ def train(cfg: DictConfig) -> dict:
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
-        # your own data's shape, classes and statistics, for the checkpoint; checked (the network must fit them)
-        cfg = make_config(with_found(cfg, splits))  # before the run directory is touched
+        # your own data's shape, classes and statistics, for the checkpoint, checked before the run directory is touched
+        cfg = make_config(with_found(cfg, splits))
+        check_network_fits(cfg)
         if not world.main:  # rank 0 writes the run directory, and alone goes on after training
             return train_network(cfg, run, splits, device, stored, world)
         _begin(run, cfg, stored)

@@ -11,6 +11,7 @@ from PIL import Image
 
 from bnn_zoo import load
 from bnn_zoo.config import make_config, resolved
+from bnn_zoo.config_checks import check_network_fits
 from bnn_zoo.data import load_splits, validation_split, with_found
 from bnn_zoo.errors import DataError
 from bnn_zoo.evaluate import evaluate_run
@@ -88,7 +89,7 @@ def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pn
     assert answer["accepted"] == {str(k): v for k, v in expected["accepted"].items()}
     assert answer["label"] == (None if expected["answer"] is None else data.classes[expected["answer"]])
     # evaluate: its own test folder, and its data.ood folder of letters, scored under its name
-    result = evaluate_run(folder_run, num_samples=4, ood_size=20)
+    result = evaluate_run(folder_run, num_samples=4, ood_size=30)  # all 30 letters
     assert result.test_size == 45 and set(result.posteriors["bayes"].ood) == {"letters"}
     twin = posteriors(trained)["twin"]
     refused = trained.rules_for()["twin"](twin.predict(_letters(pngs, data))).refused  # the twin draws nothing
@@ -96,7 +97,7 @@ def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pn
 
 
 def _letters(pngs, data):
-    files = sorted((pngs / "letters").rglob("*.png"))[:20]
+    files = sorted((pngs / "letters").rglob("*.png"))
     pixels = torch.stack([torch.from_numpy(np.asarray(Image.open(f), dtype=np.float32)) / 255 for f in files])[:, None]
     return Found(list(data.input_shape), None, list(data.mean), list(data.std)).normalize(pixels)
 
@@ -350,7 +351,8 @@ def test_uint8_image_tensors_train_lenet_as_images(tmp_path):
     images = torch.randint(0, 256, (60, 16, 16), dtype=torch.uint8)  # [N, H, W] as NumPy's MNIST has them
     torch.save({"x": images, "y": torch.arange(60) % 2}, tmp_path / "d.pt")
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
-    found = make_config(with_found(cfg, load_splits(cfg)))  # lenet takes them: 1 x 16 x 16
+    found = make_config(with_found(cfg, load_splits(cfg)))
+    check_network_fits(found)  # lenet takes them: 1 x 16 x 16
     assert found.data.input_shape == [1, 16, 16]
     first = read_own(cfg, True)[0].x[0]  # an image scaled to 0..1, given its channel
     assert first.shape == (1, 16, 16) and any(torch.equal((first[0] * 255).round().byte(), image) for image in images)
