@@ -236,7 +236,7 @@ def _own_splits(cfg: DictConfig) -> Splits:
         raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")
     train_idx, val_idx = validation_split(len(train.y), val_size)
     train_idx = train_idx[:d.train_limit] if d.train_limit else train_idx
-    found, stored = Found.of(train.x[train_idx], train, test), found_of(cfg)
+    found, stored = Found.of(train.x[train_idx], train.y[train_idx], train, test), found_of(cfg)
     if stored is not None:  # the run's own statistics, for the data it trained on
         if (stored.input_shape, stored.classes, stored.features) != (found.input_shape, found.classes, found.features):
             raise DataError(f"{d.path} now holds inputs {found.input_shape} of classes {found.classes}, where the run "
@@ -262,7 +262,7 @@ def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
         return cfg
     f = splits.found
     cfg.data.input_shape, cfg.data.classes, cfg.data.mean, cfg.data.std = f.input_shape, f.classes, f.mean, f.std
-    cfg.data.features, cfg.data.digest = f.features, f.digest
+    cfg.data.features, cfg.data.digest, cfg.data.target_stats = f.features, f.digest, f.target_stats
     cfg.data.val_size = 0 if splits.val is None else len(splits.val)
     cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
     if cfg.data.test_path:
@@ -277,4 +277,5 @@ def found_of(cfg: DictConfig) -> Optional[Found]:
     if d.mean is None:
         return None
     listed = lambda v: None if v is None else list(v)  # noqa: E731
-    return Found(list(d.input_shape), listed(d.classes), list(d.mean), list(d.std), listed(d.features), d.digest)
+    return Found(list(d.input_shape), listed(d.classes), list(d.mean), list(d.std), listed(d.features), d.digest,
+                 listed(d.target_stats))

@@ -16,6 +16,7 @@ Usage::
 """
 from __future__ import annotations
 
+import gc
 import os
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -24,10 +25,14 @@ from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
+# Imported before any process group exists: its functions take group.WORLD as a default argument, so
+# imported later (DDP's first construction does) they would hold the group past destroy_process_group,
+# its gloo threads alive to drop a collective's tensors while Python exits, which aborts the process.
+import torch.distributed.nn  # noqa: F401
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, UserError
 
 # A rank that waits longer on the others stops (one died, one hangs): rank 0 alone validates, tests
 # and writes while the others wait, so this is gloo's own default, not less.
@@ -94,27 +99,37 @@ class World:
         try:
             yield
         finally:
-            dist.destroy_process_group()
+            gc.collect()  # a DDP sits in a reference cycle: gone only now, it lets go of the group
+            dist.destroy_process_group()  # joins gloo's threads: none is left to touch Python as it exits
 
     def first(self, load: Callable[[], T]) -> T:
         """``load()`` on each machine's first rank (LOCAL_RANK 0: a download, say), then on its others:
         no two ranks write one file. Where a first rank fails, every rank stops."""
         if self.size == 1:
             return load()
-        result, failure = None, None
-        if self.local_rank == 0:
-            try:
-                result = load()
-            except Exception as err:  # said to the others, then raised here
-                failure = err
+        result, failure = _attempt(load) if self.local_rank == 0 else (None, None)
+        self._settle(failure, DataError, "could not load the data")
+        return result if self.local_rank == 0 else load()
+
+    def on_main(self, act: Callable[[], T]) -> T | None:
+        """``act()`` on rank 0 alone (claiming the run directory, say); where it fails, every rank
+        stops with its message, not with a broken connection."""
+        if self.size == 1:
+            return act()
+        result, failure = _attempt(act) if self.main else (None, None)
+        self._settle(failure, UserError, "stopped")
+        return result
+
+    def _settle(self, failure: Exception | None, kind: type[Exception], what: str) -> None:
+        """Every rank's ``failure`` (None: it went well) told to all; raised where it happened, and
+        as ``kind`` ("another rank {what} (...)") on the others."""
         failures = [None] * self.size
         dist.all_gather_object(failures, None if failure is None else f"{type(failure).__name__}: {failure}")
         if failure is not None:
             raise failure
         failed = next((f for f in failures if f is not None), None)
         if failed is not None:
-            raise DataError(f"another rank could not load the data ({failed})")
-        return result if self.local_rank == 0 else load()
+            raise kind(f"another rank {what} ({failed})")
 
     def said(self, log: Callable[[str], None]) -> Callable[[str], None]:
         """``log`` on rank 0; on the others a log that says nothing."""
@@ -159,6 +174,14 @@ class World:
             dist.all_reduce(value)
             value /= self.size
         return value
+
+
+def _attempt(act: Callable[[], T]) -> tuple[T | None, Exception | None]:
+    """``act()``'s result, or the error it raised (to be told to the other ranks first)."""
+    try:
+        return act(), None
+    except Exception as err:  # said to the others, then raised here
+        return None, err
 
 
 def _silent(message: str) -> None:

@@ -30,7 +30,7 @@ def build_from_config(cfg: DictConfig, num_data: Optional[int] = None,
         spec = recipe(cfg)
         model, guide = build(spec, num_data=num_data, hidden=_hidden(cfg), prior=prior,
                              init_scale=m.init_scale, noise=m.noise, noise_scale=m.noise_scale,
-                             guide=m.guide, rank=m.guide_rank)
+                             guide=m.guide, rank=m.guide_rank, target=cfg.data.target_stats)
         model.to(device)
         guide(torch.zeros(1, *spec.input_shape, device=device))  # creates its parameters
     return model, guide
@@ -42,4 +42,4 @@ def _hidden(cfg: DictConfig) -> Optional[list[int]]:
 
 def twin_from_config(cfg: DictConfig, device: str | torch.device = "cpu") -> Twin:
     return make_twin(recipe(cfg), _hidden(cfg), cfg.model.noise, cfg.model.noise_scale,
-                     cfg.train.twin_dropout).to(device)
+                     cfg.train.twin_dropout, cfg.data.target_stats).to(device)

@@ -13,7 +13,7 @@ Usage::
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import pyro
 import pyro.distributions as dist
@@ -112,12 +112,15 @@ class Gaussian(Likelihood):
 
     ``fixed``: the noise sd is ``scale``. ``homoscedastic``: one sd, learned (starts at ``scale``).
     ``heteroscedastic``: the network has a second output, the noise sd at each input,
-    softplus-positive and equal to ``scale`` where that output is 0.
+    softplus-positive and equal to ``scale`` where that output is 0. ``target``: the targets' mean
+    and sd (your own data's, from its training split): the network and ``scale`` work in standard
+    units, the mean and sd it returns are in the targets' own.
 
     Usage: ``loc, sd = Gaussian(noise="heteroscedastic", scale=0.5).loc_scale(net(x))``
     """
 
-    def __init__(self, num_data: Optional[int] = None, noise: str = "fixed", scale: float = 1.0):
+    def __init__(self, num_data: Optional[int] = None, noise: str = "fixed", scale: float = 1.0,
+                 target: tuple[float, float] = (0.0, 1.0)):
         super().__init__(num_data)
         if noise not in NOISE_MODES:
             raise ValueError(f"unknown noise mode {noise!r}; choose one of {', '.join(NOISE_MODES)}")
@@ -126,20 +129,24 @@ class Gaussian(Likelihood):
         self.noise = noise
         self.outputs = 2 if noise == "heteroscedastic" else 1
         hyperparameter(self, "scale", scale, constraints.positive, noise == "homoscedastic")
+        if not target[1] > 0:
+            raise ValueError(f"the targets' sd must be positive, got {target[1]}")
+        self.register_buffer("target_mean", torch.tensor(float(target[0])), persistent=False)  # from the config
+        self.register_buffer("target_sd", torch.tensor(float(target[1])), persistent=False)
 
     def loc_scale(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loc = out[..., 0]
+        loc = self.target_mean + self.target_sd * out[..., 0]
         if self.noise == "heteroscedastic":
             # softplus(raw + softplus^-1(scale)): equals scale at raw = 0; 1e-4 keeps it off zero.
             offset = self.scale + torch.log(-torch.expm1(-self.scale))
-            return loc, F.softplus(out[..., 1] + offset) + 1e-4
-        return loc, self.scale.expand_as(loc)
+            return loc, self.target_sd * (F.softplus(out[..., 1] + offset) + 1e-4)
+        return loc, self.target_sd * self.scale.expand_as(loc)
 
     def distribution(self, out):
         return dist.Normal(*self.loc_scale(out))
 
     def returned(self, out):
-        return out[..., 0]
+        return self.target_mean + self.target_sd * out[..., 0]
 
     def predictive(self, out):
         """The sample's Normal as [..., 2]: (mean, noise sd)."""
@@ -160,10 +167,12 @@ LIKELIHOODS = ("categorical", "gaussian")
 
 
 def make_likelihood(kind: str, num_data: Optional[int] = None, noise: str = "fixed",
-                    noise_scale: float = 1.0, num_classes: int = 10) -> Likelihood:
-    """The likelihood a recipe names: ``categorical`` or ``gaussian`` (with its noise model)."""
+                    noise_scale: float = 1.0, num_classes: int = 10,
+                    target: Optional[Sequence[float]] = None) -> Likelihood:
+    """The likelihood a recipe names: ``categorical`` or ``gaussian`` (with its noise model, and
+    its targets' mean and sd)."""
     if kind == "categorical":
         return Categorical(num_data, num_classes)
     if kind == "gaussian":
-        return Gaussian(num_data, noise, noise_scale)
+        return Gaussian(num_data, noise, noise_scale, tuple(target) if target is not None else (0.0, 1.0))
     raise ValueError(f"unknown likelihood {kind!r}; choose one of {', '.join(LIKELIHOODS)}")

@@ -24,6 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .data import DATA_ENV, data_root, find_idx, load_torchvision, read_idx
 from .errors import DataError
 from .images import centred
+from .own_data import read_images
 
 FAR = ("notmnist", "fashion_mnist", "mnist", "noise")
 NEAR = ("letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank")
@@ -154,25 +155,9 @@ def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> 
 
 def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tensor:
     """Images from class folders (``A``..``J``), as grayscale 28x28 uint8."""
-    from PIL import Image, UnidentifiedImageError
-
-    images, bad = [], []
     files = sorted(p for d in sorted(folder.iterdir()) if d.is_dir() for p in d.iterdir())
-    for path in files:
-        try:
-            with Image.open(path) as img:
-                img = img.convert("L")
-                if img.size != (28, 28):
-                    img = img.resize((28, 28), Image.BILINEAR)
-                images.append(torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8))
-        except (UnidentifiedImageError, OSError, ValueError):
-            bad.append(path)
-    if bad and not skip_unreadable:
-        raise DataError(f"{len(bad)} unreadable image(s) in {folder}, first: {bad[0]}. "
-                        "Delete them, or pass skip_unreadable=True to leave them out.")
-    if not images:
-        raise DataError(f"no readable images in the class folders of {folder}")
-    return torch.stack(images).reshape(-1, 28, 28)
+    images = read_images(files, (28, 28), 1, folder, skip_unreadable)
+    return (images * 255).round().to(torch.uint8).reshape(-1, 28, 28)
 
 
 def white_noise(n: int, seed: int = 0) -> torch.Tensor:

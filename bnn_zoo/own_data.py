@@ -126,9 +126,10 @@ def image_files(folder: Path) -> list[Path]:
     return files
 
 
-def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: int, where: Path | str) -> torch.Tensor:
+def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: int, where: Path | str,
+                skip_unreadable: bool = False) -> torch.Tensor:
     """Image files as floats [N, channels, H, W] in 0..1, each resized to size (height, width; None:
-    all must share one size already)."""
+    all must share one size already); ``skip_unreadable`` leaves out the files that are no image."""
     from PIL import Image, UnidentifiedImageError
 
     mode = {1: "L", 3: "RGB"}[channels]
@@ -146,6 +147,8 @@ def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: in
         except FileNotFoundError:
             raise DataError(f"no image at {file}") from None
         except (UnidentifiedImageError, OSError, ValueError) as err:
+            if skip_unreadable:
+                continue
             raise DataError(f"cannot read the image {file} ({type(err).__name__}): delete or replace it") from None
         if first is None:
             first = (file, pixels.shape)
@@ -223,19 +226,22 @@ def read_rows(cfg: DictConfig, path: Path) -> torch.Tensor:
 @dataclass
 class Found:
     """What a run learns from its own data, kept in its config (data.input_shape, data.classes,
-    data.features, data.mean, data.std, data.digest): normalization per channel of images, per
-    feature of rows, from the training split; the digest of every example, so that data changed
-    since (the held-out splits would move with it) is refused."""
+    data.features, data.mean, data.std, data.target_stats, data.digest): normalization per channel
+    of images, per feature of rows, and a regression's target mean and sd, from the training split;
+    the digest of every example, so that data changed since (the held-out splits would move with
+    it) is refused."""
     input_shape: list[int]
     classes: Optional[list[str]]
     mean: list[float]
     std: list[float]
     features: Optional[list[str]] = None  # a table's feature columns
     digest: Optional[str] = None
+    target_stats: Optional[list[float]] = None  # a regression's
 
     @classmethod
-    def of(cls, x: torch.Tensor, train: Examples, test: Examples) -> "Found":
-        """From ``x``, the training split's inputs, and the examples its train and test parts hold."""
+    def of(cls, x: torch.Tensor, y: torch.Tensor, train: Examples, test: Examples) -> "Found":
+        """From ``x`` and ``y``, the training split's inputs and labels or targets, and the examples
+        its train and test parts hold."""
         names = [*(train.classes or []), *(train.features or [])]
         odd = next((n for n in names if "${" in n or "\n" in n), None)
         if odd is not None:
@@ -244,7 +250,12 @@ class Found:
         flat = x.flatten(2) if x.dim() == 4 else x.flatten(1)
         mean, std = x.mean(over).flatten(), x.std(over).flatten() if len(x) > 1 else torch.ones(flat.shape[1])
         std = torch.where(std > 0, std, torch.ones_like(std))  # a constant input stays as it is
-        return cls(list(x.shape[1:]), train.classes, mean.tolist(), std.tolist(), train.features, _digest(train, test))
+        targets = None
+        if train.classes is None:  # a regression; a constant target is centred, not stretched
+            sd = float(y.double().std()) if len(y) > 1 else 0.0
+            targets = [float(y.double().mean()), sd if sd > 0 else 1.0]
+        return cls(list(x.shape[1:]), train.classes, mean.tolist(), std.tolist(), train.features,
+                   _digest(train, test), targets)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """Inputs as the network sees them; a DataError where their shape is not the run's."""

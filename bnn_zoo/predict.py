@@ -13,6 +13,7 @@ import json
 import sys
 import types
 from pathlib import Path
+from typing import Callable
 
 import pyro
 import torch
@@ -84,65 +85,76 @@ def _answer(args) -> int:
         except (ValueError, DataError) as err:
             answers.append({"file": path, "error": str(err)})
     good, names = [a for a in answers if "error" not in a], class_names(trained.config)
+    x = torch.cat(inputs).to(trained.device) if good else None
+    pyro.set_rng_seed(args.seed)
     if regression:
-        return _regression(rungs[args.posterior], torch.cat(inputs).to(trained.device) if good else None, answers, args)
-    if good:
-        pyro.set_rng_seed(args.seed)
-        x = torch.cat(inputs).to(trained.device)
-        rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
-        probs = rungs[args.posterior].predict(x, args.samples)
-        gate = gate_density(rule, trained, args.posterior, rungs[args.posterior], x)
-        decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
-        sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
-        in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
-        for i, answer in enumerate(good):
-            answer.update(decision.describe(i))
-            answer["label"] = None if answer["answer"] is None else names[answer["answer"]]
-            answer["uncertainty_bits"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
-            if in_sets is not None and answer["answer"] is not None:  # refused, or answered with a set
-                answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
-        rule_text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
-            f"rule: {rule.quantile} quantile >= {rule.threshold}"
-        if rule.signal == DENSITY:  # minus the log density of its features, in nats
-            rule_text += f", refuse when minus the log density of its features > {rule.cut:.4g} nats"
-        elif rule.signal:
-            rule_text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
-    if args.json:
-        print(json.dumps(answers, indent=2))
-    elif good:
-        certified = args.rule == "quantile" or "rule" in trained.calibration.get(args.posterior, {})
-        print(rule_text + ("" if certified else " (the quantile rule: this run has no certified rule; "
-                                                "python -m bnn_zoo.calibrate RUN_DIR writes one)"))
-    for a in answers if not args.json else []:
-        name = _printable(a["file"])
-        if "error" in a:
-            print(f"{name}: error: {a['error']}")
-        elif a["answer"] is None:
-            print(f"{name}: I don't know (refused by {' and '.join(a['refused_by'])})")
-        else:
-            in_set = f"; {a['set']['coverage']:.0%} set {{{', '.join(names[c] for c in a['set']['classes'])}}}" \
-                if "set" in a else ""
-            print(f"{name}: " + ", ".join(f"{names[c]} ({p:.2f})" for c, p in a["accepted"].items()) + in_set)
-    return 1 if any("error" in a for a in answers) else 0
+        if good:
+            _regress(rungs[args.posterior], x, good, args.samples)
+        return _report(answers, args.json, None, _regression_line)
+    header = _classify(trained, rungs[args.posterior], x, good, names, args) if good else None
+    return _report(answers, args.json, header, lambda a: _class_line(a, names))
 
 
-def _regression(posterior, x: torch.Tensor | None, answers: list[dict], args) -> int:
+def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list[str], args) -> str:
+    """Each good answer's decision, label, uncertainties and set under the chosen rule; returns the
+    rule in words."""
+    rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
+    probs = posterior.predict(x, args.samples)
+    gate = gate_density(rule, trained, args.posterior, posterior, x)
+    decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
+    sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
+    in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
+    for i, answer in enumerate(good):
+        answer.update(decision.describe(i))
+        answer["label"] = None if answer["answer"] is None else names[answer["answer"]]
+        answer["uncertainty_bits"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
+        if in_sets is not None and answer["answer"] is not None:  # refused, or answered with a set
+            answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
+    text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
+        f"rule: {rule.quantile} quantile >= {rule.threshold}"
+    if rule.signal == DENSITY:  # minus the log density of its features, in nats
+        text += f", refuse when minus the log density of its features > {rule.cut:.4g} nats"
+    elif rule.signal:
+        text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
+    certified = args.rule == "quantile" or "rule" in trained.calibration.get(args.posterior, {})
+    return text + ("" if certified else " (the quantile rule: this run has no certified rule; "
+                                        "python -m bnn_zoo.calibrate RUN_DIR writes one)")
+
+
+def _class_line(answer: dict, names: list[str]) -> str:
+    if answer["answer"] is None:
+        return f"I don't know (refused by {' and '.join(answer['refused_by'])})"
+    in_set = f"; {answer['set']['coverage']:.0%} set {{{', '.join(names[c] for c in answer['set']['classes'])}}}" \
+        if "set" in answer else ""
+    return ", ".join(f"{names[c]} ({p:.2f})" for c, p in answer["accepted"].items()) + in_set
+
+
+def _regress(posterior, x: torch.Tensor, good: list[dict], samples: int) -> None:
     """A regression's answer per row: the predictive mean and sd, its parts from the weights'
     uncertainty (epistemic) and the noise."""
-    if x is not None:
-        pyro.set_rng_seed(args.seed)
-        samples = posterior.predict(x, args.samples)  # [S, N, 2]: each draw's mean and noise sd
-        mean, epistemic = samples[..., 0].mean(0), samples[..., 0].std(0, correction=0)
-        noise = samples[..., 1].pow(2).mean(0).sqrt()
-        for i, answer in enumerate(a for a in answers if "error" not in a):
-            answer.update({"mean": round(float(mean[i]), 6), "sd": round(float((epistemic[i] ** 2 + noise[i] ** 2).sqrt()), 6),
-                           "epistemic_sd": round(float(epistemic[i]), 6), "noise_sd": round(float(noise[i]), 6)})
-    for a in answers if not args.json else []:
-        print(f"{_printable(a['file'])}: error: {a['error']}" if "error" in a else
-              f"{_printable(a['file'])}: {a['mean']:.4g} +- {a['sd']:.3g} (epistemic sd {a['epistemic_sd']:.3g}, "
-              f"noise sd {a['noise_sd']:.3g})")
-    if args.json:
+    drawn = posterior.predict(x, samples)  # [S, N, 2]: each draw's mean and noise sd
+    mean, epistemic = drawn[..., 0].mean(0), drawn[..., 0].std(0, correction=0)
+    noise = drawn[..., 1].pow(2).mean(0).sqrt()
+    for i, answer in enumerate(good):
+        answer.update({"mean": round(float(mean[i]), 6), "sd": round(float((epistemic[i] ** 2 + noise[i] ** 2).sqrt()), 6),
+                       "epistemic_sd": round(float(epistemic[i]), 6), "noise_sd": round(float(noise[i]), 6)})
+
+
+def _regression_line(answer: dict) -> str:
+    return (f"{answer['mean']:.4g} +- {answer['sd']:.3g} (epistemic sd {answer['epistemic_sd']:.3g}, "
+            f"noise sd {answer['noise_sd']:.3g})")
+
+
+def _report(answers: list[dict], as_json: bool, header: str | None, line: Callable[[dict], str]) -> int:
+    """The answers printed, as JSON or as the ``header`` and a ``line`` per file; the exit code is 1
+    where a file could not be read."""
+    if as_json:
         print(json.dumps(answers, indent=2))
+    else:
+        if header:
+            print(header)
+        for a in answers:
+            print(f"{_printable(a['file'])}: " + (f"error: {a['error']}" if "error" in a else line(a)))
     return 1 if any("error" in a for a in answers) else 0
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 import pyro
 import torch
@@ -67,7 +67,8 @@ def train(cfg: DictConfig) -> dict:
     world.check(cfg.train.members, cfg.infer)
     device = world.device(pick_device(cfg.device))
     run = Run(cfg.run_dir)
-    with world.joined(device), run.claim(cfg.overwrite, resuming=bool(cfg.resume)) if world.main else nullcontext():
+    with world.joined(device), ExitStack() as held:
+        world.on_main(lambda: held.enter_context(run.claim(cfg.overwrite, resuming=bool(cfg.resume))))
         stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing

@@ -171,25 +171,27 @@ def make_net(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise
 
 
 def make_twin(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise: str = "fixed",
-              noise_scale: float = 1.0, dropout: float = 0.0) -> Twin:
+              noise_scale: float = 1.0, dropout: float = 0.0, target: Optional[list[float]] = None) -> Twin:
     """The deterministic twin: the plain network with its own likelihood (and noise scale); with
     ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.ladder.DropoutPosterior`` samples it."""
     spec = architecture(arch)
-    likelihood = make_likelihood(spec.likelihood, None, noise, noise_scale, spec.classes)
+    likelihood = make_likelihood(spec.likelihood, None, noise, noise_scale, spec.classes, target)
     return Twin(make_net(arch, hidden, noise, dropout), likelihood)
 
 
 def build(arch: Union[str, Recipe], num_data: Optional[int] = None, hidden: Optional[list[int]] = None,
           prior: Optional[nn.Module] = None, init_scale: float = 0.01, noise: str = "fixed",
-          noise_scale: float = 1.0, guide: str = "meanfield", rank: int = 10) -> tuple[BayesianNet, nn.Module]:
+          noise_scale: float = 1.0, guide: str = "meanfield", rank: int = 10,
+          target: Optional[list[float]] = None) -> tuple[BayesianNet, nn.Module]:
     """A fresh, untrained (model, guide) pair of a registered architecture.
 
-    ``prior`` defaults to ``GaussianPrior(1.0)``; ``noise`` and ``noise_scale`` set a regression's
-    noise model (see ``likelihoods.Gaussian``); ``guide`` is ``meanfield``, ``lowrank`` or ``delta``.
+    ``prior`` defaults to ``GaussianPrior(1.0)``; ``noise``, ``noise_scale`` and ``target`` (the
+    targets' mean and sd) set a regression's noise model (see ``likelihoods.Gaussian``); ``guide``
+    is ``meanfield``, ``lowrank`` or ``delta``.
 
     Usage: ``model, guide = build("lenet", num_data=55000, prior=ScaleMixturePrior())``
     """
     spec = architecture(arch)
-    likelihood = make_likelihood(spec.likelihood, num_data, noise, noise_scale, spec.classes)
+    likelihood = make_likelihood(spec.likelihood, num_data, noise, noise_scale, spec.classes, target)
     return bayesian(make_net(arch, hidden, noise), prior, likelihood, guide=guide,
                     init_scale=init_scale, rank=rank)

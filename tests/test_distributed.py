@@ -1,4 +1,5 @@
 """Training on several ranks (bnn_zoo.distributed): two gloo processes on this CPU."""
+import gc
 import os
 import signal
 import socket
@@ -150,6 +151,18 @@ def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
         assert torch.allclose(value, b["guide"][name], atol=1e-6), name
 
 
+def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_path):
+    """Rank 0 alone claims the run directory; where it refuses (another run's files there), rank 1
+    stops with its words, not with a broken connection's traceback."""
+    (tmp_path / "config.yaml").write_text("arch: toy_mlp\n")
+    run = _torchrun("toy_mlp", "train.epochs=2", f"run_dir={tmp_path}")
+    out = run.communicate(timeout=300)[0]
+    refusal = f"run directory {tmp_path} holds config.yaml, which no bnn-zoo run wrote"
+    assert run.returncode != 0 and f"error: {refusal}" in out, out
+    assert f"error: another rank stopped (ConfigError: {refusal}" in out and "[rank1]: Traceback" not in out, out
+    assert (tmp_path / "config.yaml").read_text() == "arch: toy_mlp\n"
+
+
 def test_what_several_ranks_cannot_do_is_named():
     with pytest.raises(ConfigError, match="train.members=3 and infer=svi run in one process"):
         World(0, 2).check(members=3, infer="svi")
@@ -219,6 +232,33 @@ def test_a_first_rank_that_cannot_load_the_data_stops_every_rank(tmp_path):
     mp.spawn(_first_fails, args=(_free_port(), str(tmp_path)), nprocs=2)
     assert (tmp_path / "0.txt").read_text() == "[0] no MNIST under /nowhere"
     assert (tmp_path / "1.txt").read_text() == "[] another rank could not load the data (DataError: no MNIST under /nowhere)"
+
+
+def _ddp_step(world: World) -> None:
+    net = torch.nn.Linear(2, 1)
+    loss = world.wrap([net], lambda x, y: (net(x) - y).pow(2).mean(), CPU)
+    loss(torch.ones(2, 2), torch.zeros(2, 1)).backward()
+
+
+def _gloo_threads_after(rank: int, port: int, out: str) -> None:
+    """Rank ``rank`` of two: a DDP step inside ``World.joined``; then the names of the threads left."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank))
+    world = World.from_env(0)
+    gc.disable()  # as in a run whose collector has not come round since training
+    with world.joined(CPU):
+        _ddp_step(world)  # its DDP goes with the call, as train_phase's does
+    threads = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
+    (Path(out) / f"{rank}.txt").write_text(" ".join(sorted(threads)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the threads from Linux's /proc")
+def test_leaving_the_ranks_joins_gloo_s_threads(tmp_path):
+    """After a DDP step, leaving the process group ends gloo's threads: one left running as Python
+    exits may drop a collective's tensors then, which aborts the process (CI saw it once in six)."""
+    mp.spawn(_gloo_threads_after, args=(_free_port(), str(tmp_path)), nprocs=2)
+    for rank in "01":
+        assert "gloo" not in (tmp_path / f"{rank}.txt").read_text(), (tmp_path / f"{rank}.txt").read_text()
 
 
 def test_a_training_set_smaller_than_the_ranks_is_refused():

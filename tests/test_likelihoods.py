@@ -61,9 +61,23 @@ def test_noise_modes_and_outputs():
     assert torch.allclose(Categorical().predictive(torch.zeros(2, 4)), torch.full((2, 4), 0.25))
 
 
+@pytest.mark.parametrize("noise", ["fixed", "heteroscedastic"])
+def test_a_regression_in_its_targets_units_is_the_standard_one_moved_and_stretched(noise):
+    """With the targets' mean m and sd s, the network's output means m + s * out and the noise sd
+    s times its own: the log-likelihood of y is the standard one's of (y - m) / s, less log s."""
+    out, y = torch.tensor([[0.3, -0.2], [-1.1, 0.4]])[:, :2 if noise == "heteroscedastic" else 1], torch.tensor([1300.0, 700.0])
+    standard, moved = Gaussian(noise=noise, scale=0.5), Gaussian(noise=noise, scale=0.5, target=(1000.0, 250.0))
+    assert torch.allclose(moved.predictive(out), standard.predictive(out) * torch.tensor([250.0, 250.0]) + torch.tensor([1000.0, 0.0]))
+    assert torch.allclose(moved.distribution(out).log_prob(y),
+                          standard.distribution(out).log_prob((y - 1000.0) / 250.0) - math.log(250.0))
+    assert torch.allclose(moved.returned(out), 1000.0 + 250.0 * out[:, 0])
+    assert moved.state_dict().keys() == standard.state_dict().keys()  # the targets' figures come from the config
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: Gaussian(noise="poisson"), "unknown noise mode 'poisson'"),
     (lambda: Gaussian(scale=0.0), "positive"),
+    (lambda: Gaussian(target=(3.0, 0.0)), "the targets' sd must be positive"),
     (lambda: Categorical(num_data=-5), "positive integer"),
     (lambda: Categorical(num_data=0), "positive integer"),
     (lambda: Categorical(num_data=True), "positive integer"),

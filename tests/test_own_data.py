@@ -1,6 +1,7 @@
 """Your own data through the whole product: a folder of PNGs, a CSV table, a tensor file; and the
 one-line errors bad data gets."""
 import json
+import math
 
 import numpy as np
 import pyro
@@ -199,6 +200,28 @@ def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
     assert near["mean"] == pytest.approx(1.0, abs=0.6)
     assert far["epistemic_sd"] > 5 * near["epistemic_sd"]  # far outside the data, the weights disagree
     assert near["sd"] == pytest.approx((near["epistemic_sd"] ** 2 + near["noise_sd"] ** 2) ** 0.5, abs=1e-5)
+
+
+def test_a_regression_learns_the_same_in_any_units_of_its_target(tmp_path):
+    """Targets in thousands learn what targets in units do: the network sees them standardized by
+    the training split's mean and sd (kept in the config), and answers in the targets' own units."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(120, 2, generator=g) * 2 - 1
+    y = torch.sin(3 * x[:, 0]) + x[:, 1] + 0.1 * torch.randn(120, generator=g)
+    answers = {}
+    for name, shift, unit in (("units", 0.0, 1.0), ("thousands", 2000.0, 400.0)):
+        write_csv(tmp_path / f"{name}.csv", ["u", "v", "y"], [[f"{a:.4f}", f"{b:.4f}", f"{shift + unit * t:.6f}"]
+                                                            for (a, b), t in zip(x.tolist(), y.tolist())])
+        run_dir = tmp_path / name
+        metrics = train(own_config("toy_mlp", run_dir, **{"data.name": "csv", "data.path": str(tmp_path / f"{name}.csv"),
+                                                          "model.hidden": "[16]", "train.epochs": 20, "train.lr": 0.01}))
+        answers[name] = (metrics["bayes"]["test/rmse"], metrics["twin"]["test/rmse"], metrics["bayes"]["test/nll"],
+                         list(load(run_dir).config.data.target_stats))
+    (bayes, twin, nll, (mean, sd)), (bayes_k, twin_k, nll_k, stats_k) = answers["units"], answers["thousands"]
+    assert mean == pytest.approx(float(y.mean()), abs=0.2) and sd == pytest.approx(float(y.std()), rel=0.2)
+    assert stats_k == pytest.approx([2000 + 400 * mean, 400 * sd], rel=1e-5)  # the training split's, in each run
+    assert bayes_k == pytest.approx(400 * bayes, rel=1e-3) and twin_k == pytest.approx(400 * twin, rel=1e-3)
+    assert nll_k == pytest.approx(nll + math.log(400), abs=1e-3)  # a density in units 400 times wider
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".npz"])
