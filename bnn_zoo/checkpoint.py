@@ -29,8 +29,10 @@ PARTS = ("bayes", "twin", "twin_scaled", "hmc")
 TWIN, TWIN_SCALED = PARTS[1:3]
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # 3: a SHA-256 digest of the contents ("digest"), checked when read.
+# 4: data.target_stats in the config (a regression on your own data learns its targets standardized;
+#    a format 3 run has none, and keeps its targets' units).
 # Checkpoints without a format are 1 (up to commit 766a886) and are upgraded when loaded.
-FORMAT = 3
+FORMAT = 4
 # What each file must hold besides its config: {key: what it is}
 DENSITIES = "density.pt"  # the feature densities a certified density gate reads (bnn_zoo.calibrate --twin-signal)
 REQUIRED = {CHECKPOINT: ("config", "epoch", "model", "guide"), TWIN_CHECKPOINT: ("net",), HMC_SAMPLES: ("samples",),
@@ -129,10 +131,10 @@ def read(path: Path, device: str | torch.device = "cpu") -> dict:
                               "truncated or not a bnn-zoo file; train again, or resume from a complete copy") from None
     if not isinstance(state, dict) or not any(key in state for key in ("config", "net", "densities")):
         raise CheckpointError(f"{path} is not a bnn-zoo checkpoint (no config or weights in it)")
-    if state.get("format", 1) not in (1, 2, FORMAT):
+    if state.get("format", 1) not in (1, 2, 3, FORMAT):
         raise CheckpointError(f"{path} has checkpoint format {state['format']}; this bnn-zoo reads "
                               f"formats 1 to {FORMAT}: upgrade bnn-zoo")
-    if state.get("format") == FORMAT:
+    if state.get("format") in (3, FORMAT):
         _check_digest(state, path)
     _check_contents(state, path)
     return state if state.get("format") == FORMAT else _upgrade(state, path)
@@ -171,9 +173,10 @@ def _first_line(err: Exception) -> str:
 
 
 def _upgrade(state: dict, path: Path) -> dict:
-    """An older checkpoint as the current format reads it: format 2 differs only by having no
-    digest; format 1's noise-scale keys are renamed and a twin's net wrapped as Twin(net, likelihood)."""
-    if state.get("format") == 2:
+    """An older checkpoint as the current format reads it: format 3 differs only by its config's
+    missing data.target_stats, 2 by having no digest either; format 1's noise-scale keys are renamed
+    and a twin's net wrapped as Twin(net, likelihood)."""
+    if state.get("format") in (2, 3):
         return state
     if "model" in state:
         state["model"] = {k.replace("noise.", "likelihood.", 1): v for k, v in state["model"].items()}

@@ -42,8 +42,8 @@ class ModelConfig:
     # weights: draw one weight set per minibatch. local: each example its own weights, drawn as
     # pre-activations (local reparameterization) in linear layers and by Flipout in convolutions.
     reparam: str = "weights"
-    # Regression only. noise: fixed (noise_scale), homoscedastic (one learned scale, starting at
-    # noise_scale) or heteroscedastic (the network predicts the scale at each input).
+    # Regression only. noise: fixed (noise_scale), homoscedastic (one learned scale, starting at noise_scale)
+    # or heteroscedastic (the network predicts it at each input); in standard units of data.target_stats.
     noise: str = "fixed"
     noise_scale: float = 1.0
     # arch: package.module:factory: its keyword arguments; its outputs' likelihood (null: categorical)

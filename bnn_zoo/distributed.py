@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import os
+import traceback
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,14 +26,17 @@ from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
-# Imported before any process group exists: its functions take group.WORLD as a default argument, so
-# imported later (DDP's first construction does) they would hold the group past destroy_process_group,
-# its gloo threads alive to drop a collective's tensors while Python exits, which aborts the process.
-import torch.distributed.nn  # noqa: F401
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .errors import ConfigError, DataError, UserError
+
+if dist.is_available():
+    # Imported before any process group exists: its functions take group.WORLD as a default argument,
+    # so imported later (DDP's first construction does) they would hold the group past
+    # destroy_process_group, its gloo threads alive to drop a collective's tensors while Python
+    # exits, which aborts the process.
+    import torch.distributed.nn
 
 # A rank that waits longer on the others stops (one died, one hangs): rank 0 alone validates, tests
 # and writes while the others wait, so this is gloo's own default, not less.
@@ -98,6 +102,9 @@ class World:
                                 device_id=device if device.type == "cuda" else None)
         try:
             yield
+        except BaseException as err:
+            traceback.clear_frames(err.__traceback__)  # its frames hold the DDP; the message stays
+            raise
         finally:
             gc.collect()  # a DDP sits in a reference cycle: gone only now, it lets go of the group
             dist.destroy_process_group()  # joins gloo's threads: none is left to touch Python as it exits

@@ -160,7 +160,8 @@ class Gaussian(Likelihood):
 
     @property
     def hyperparameters(self) -> dict[str, float]:
-        return {} if self.noise == "heteroscedastic" else {"scale": self.scale.item()}
+        """The noise sd in the targets' units (``scale`` in standard units times their sd)."""
+        return {} if self.noise == "heteroscedastic" else {"scale": (self.target_sd * self.scale).item()}
 
 
 LIKELIHOODS = ("categorical", "gaussian")

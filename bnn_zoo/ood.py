@@ -157,7 +157,7 @@ def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tenso
     """Images from class folders (``A``..``J``), as grayscale 28x28 uint8."""
     files = sorted(p for d in sorted(folder.iterdir()) if d.is_dir() for p in d.iterdir())
     images = read_images(files, (28, 28), 1, folder, skip_unreadable)
-    return (images * 255).round().to(torch.uint8).reshape(-1, 28, 28)
+    return images.mul_(255).round_().to(torch.uint8).reshape(-1, 28, 28)
 
 
 def white_noise(n: int, seed: int = 0) -> torch.Tensor:

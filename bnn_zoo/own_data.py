@@ -94,6 +94,9 @@ def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Exampl
     if not bool(torch.isfinite(found.x).all()):
         row = int((~torch.isfinite(found.x)).flatten(1).any(1).nonzero()[0])
         raise DataError(f"{path}: example {row} holds NaN or infinite inputs; fill or drop them")
+    if found.classes is None and not bool(torch.isfinite(found.y).all()):
+        row = int((~torch.isfinite(found.y)).nonzero()[0])
+        raise DataError(f"{path}: example {row} holds a NaN or infinite target; fill or drop it")
     return found
 
 
@@ -133,7 +136,7 @@ def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: in
     from PIL import Image, UnidentifiedImageError
 
     mode = {1: "L", 3: "RGB"}[channels]
-    images, first = [], None
+    images, first, bad = [], None, []
     for file in files:
         try:
             with Image.open(file) as img:
@@ -144,18 +147,21 @@ def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: in
                 if size:
                     img = img.resize((size[1], size[0]), Image.BILINEAR)
                 pixels = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy())
-        except FileNotFoundError:
-            raise DataError(f"no image at {file}") from None
-        except (UnidentifiedImageError, OSError, ValueError) as err:
-            if skip_unreadable:
-                continue
-            raise DataError(f"cannot read the image {file} ({type(err).__name__}): delete or replace it") from None
+        except (UnidentifiedImageError, OSError, ValueError) as err:  # a missing file too (a broken link)
+            bad.append((file, "missing" if isinstance(err, FileNotFoundError) else type(err).__name__))
+            continue
         if first is None:
             first = (file, pixels.shape)
         elif pixels.shape != first[1]:
             raise DataError(f"{where} holds images of two sizes ({_size(first[1])} {first[0].name}, {_size(pixels.shape)} "
                             f"{file.name}): resize them all with data.image_size=N")
         images.append(pixels)
+    if bad and not skip_unreadable:
+        file, why = bad[0]
+        if len(bad) == 1:
+            raise DataError(f"no image at {file}" if why == "missing" else
+                            f"cannot read the image {file} ({why}): delete or replace it")
+        raise DataError(f"cannot read {len(bad)} images in {where}, the first {file} ({why}): delete or replace them")
     if not images:
         raise DataError(f"no images in {where}")
     stacked = torch.stack(images).float() / 255.0

@@ -90,6 +90,9 @@ def test_notmnist_from_png_folders(tmp_path):
     (tmp_path / "B" / "broken.png").write_bytes(b"not a png")
     with pytest.raises(DataError, match=r"cannot read the image .*B/broken.png \(UnidentifiedImageError\)"):
         load_notmnist(str(tmp_path))
+    (tmp_path / "B" / "gone.png").symlink_to(tmp_path / "nowhere.png")  # a broken link
+    with pytest.raises(DataError, match=r"cannot read 2 images in .*, the first .*B/broken.png"):
+        load_notmnist(str(tmp_path))
     assert torch.equal(load_notmnist(str(tmp_path), skip_unreadable=True), images)
 
 

@@ -266,6 +266,9 @@ def bad_folder(tmp_path, kind):
             f.unlink()
     elif kind == "unreadable":
         (root / "b" / "broken.png").write_bytes(b"not a png")
+    elif kind == "two_unreadable":
+        (root / "a" / "broken.png").write_bytes(b"not a png")
+        (root / "b" / "gone.png").symlink_to(root / "nowhere.png")  # a broken link: read as missing
     elif kind == "sizes":
         Image.new("L", (32, 32)).save(root / "b" / "big.png")
     elif kind == "one_class":
@@ -277,6 +280,8 @@ def bad_folder(tmp_path, kind):
 @pytest.mark.parametrize("kind, message", [
     ("empty", r"Found no valid file for the classes b"),
     ("unreadable", r"cannot read the image .*broken.png \(UnidentifiedImageError\): delete or replace it"),
+    ("two_unreadable", r"cannot read 2 images in .*two_unreadable, the first .*a/broken.png \(UnidentifiedImageError\): "
+                       r"delete or replace them"),
     ("sizes", r"holds images of two sizes \(28x28 0.png, 32x32 big.png\): resize them all with data.image_size=N"),
     ("one_class", r"holds one class \(a\): a classifier needs examples of two or more"),
 ])
@@ -319,6 +324,11 @@ def test_bad_settings_and_files_are_named(tmp_path):
     torch.save({"x": torch.zeros(4, 2), "y": torch.full((4,), 0.5)}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="a classifier's labels y are whole numbers 0..K-1"):
         load_splits(cfg)
+
+    regression = resolved(own_config("toy_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
+    torch.save({"x": torch.zeros(4, 1), "y": torch.tensor([0.5, 1.0, float("nan"), 2.0])}, tmp_path / "d.pt")
+    with pytest.raises(DataError, match="example 2 holds a NaN or infinite target; fill or drop it"):
+        load_splits(regression)
 
     torch.save({"x": torch.zeros(4, 2), "y": Payload()}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="cannot read .*d.pt as a .npz of arrays or a .pt of tensors"):
