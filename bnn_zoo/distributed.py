@@ -103,7 +103,7 @@ class World:
         try:
             yield
         except BaseException as err:
-            traceback.clear_frames(err.__traceback__)  # its frames hold the DDP; the message stays
+            _let_go(err)
             raise
         finally:
             gc.collect()  # a DDP sits in a reference cycle: gone only now, it lets go of the group
@@ -181,6 +181,19 @@ class World:
             dist.all_reduce(value)
             value /= self.size
         return value
+
+
+def _let_go(err: BaseException) -> None:
+    """The finished frames of ``err``'s traceback, and of every error chained to it (a re-raise
+    ``from None`` keeps the first as its context), cleared of their locals: they hold the DDP.
+    The messages and lines stay; a debugger after the fact sees no locals there."""
+    todo, seen = [err], set()
+    while todo:
+        e = todo.pop()
+        if e is not None and id(e) not in seen:
+            seen.add(id(e))
+            traceback.clear_frames(e.__traceback__)
+            todo += [e.__cause__, e.__context__]
 
 
 def _attempt(act: Callable[[], T]) -> tuple[T | None, Exception | None]:

@@ -91,12 +91,13 @@ def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Exampl
         raise DataError(f"{path} holds the classes {found.classes}, its training data {classes}: give both the same classes")
     if categorical and len(found.classes) < 2 and classes is None:
         raise DataError(f"{path} holds one class ({found.classes[0]}): a classifier needs examples of two or more")
+    part = " of the test part" if suffix else ""  # a tensor file's x_test and y_test
     if not bool(torch.isfinite(found.x).all()):
         row = int((~torch.isfinite(found.x)).flatten(1).any(1).nonzero()[0])
-        raise DataError(f"{path}: example {row} holds NaN or infinite inputs; fill or drop them")
+        raise DataError(f"{path}: example {row}{part} holds NaN or infinite inputs; fill or drop them")
     if found.classes is None and not bool(torch.isfinite(found.y).all()):
         row = int((~torch.isfinite(found.y)).nonzero()[0])
-        raise DataError(f"{path}: example {row} holds a NaN or infinite target; fill or drop it")
+        raise DataError(f"{path}: example {row}{part} holds a NaN or infinite target; fill or drop it")
     return found
 
 

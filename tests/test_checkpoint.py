@@ -82,6 +82,28 @@ def test_format_1_checkpoints_load(arch, tmp_path):
     assert torch.equal(twin(x), trained.twin(x))
 
 
+def test_format_3_runs_load_in_their_targets_units(tmp_path):
+    """A run written before data.target_stats (format 3: its config without the key, a digest)
+    loads, its regression answering in the units it trained in."""
+    with pyro.settings.context(module_local_params=True):
+        model, guide, twin, x = _trained_run("toy_mlp", {"model.noise": "homoscedastic"}, tmp_path)
+    for name in (CHECKPOINT, TWIN_CHECKPOINT):
+        state = torch.load(tmp_path / name, weights_only=True)
+        assert state["format"] == 4 and "target_stats" in state["config"]["data"]
+        del state["config"]["data"]["target_stats"]
+        state = {**{k: v for k, v in state.items() if k != "digest"}, "format": 3}
+        torch.save({**state, "digest": digest(state)}, tmp_path / name)
+    trained = load(tmp_path)
+    assert trained.config.data.target_stats is None and float(trained.model.likelihood.target_sd) == 1.0
+    pyro.set_rng_seed(7)
+    before = predict(model, guide, x, num_samples=5)
+    pyro.set_rng_seed(7)
+    assert torch.equal(predict(trained.model, trained.guide, x, num_samples=5), before)
+    torch.save({**state, "digest": "0" * 64}, tmp_path / TWIN_CHECKPOINT)  # format 3's digest is checked
+    with pytest.raises(CheckpointError, match="is damaged"):
+        load(tmp_path)
+
+
 def test_unloadable_runs_say_why(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint at .*python -m bnn_zoo.train"):
         load(tmp_path)

@@ -17,7 +17,7 @@ from conftest import tiny_config
 from bnn_zoo import load
 from bnn_zoo.checkpoint import CHECKPOINT, read
 from bnn_zoo.distributed import World
-from bnn_zoo.errors import ConfigError
+from bnn_zoo.errors import ConfigError, TrainingError
 from bnn_zoo.loop import adam
 from bnn_zoo.phases import BayesPhase, TwinPhase
 
@@ -103,11 +103,9 @@ def test_one_step_on_two_ranks_is_the_single_process_step_on_the_global_batch(ki
     assert torch.allclose((halves[0] + halves[1]) / 2, whole, rtol=1e-6)
 
 
-def _torchrun(*args, monitor: float = 0.1, **env):
-    """``torchrun`` of two ranks training ``args``; it looks at its ranks every ``monitor`` seconds
-    (and stops the others when one has failed)."""
+def _torchrun(*args, **env):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(_free_port()), "--monitor-interval", str(monitor), "-m", "bnn_zoo.train", *args]
+               str(_free_port()), "-m", "bnn_zoo.train", *args]
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -155,13 +153,20 @@ def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
 
 def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_path):
     """Rank 0 alone claims the run directory; where it refuses (another run's files there), rank 1
-    stops with its words, not with a broken connection's traceback."""
+    stops with its words, not with a broken connection's traceback. The two ranks are started as
+    torchrun starts them, without torchrun: it would stop rank 1 as soon as it saw rank 0 fail."""
     (tmp_path / "config.yaml").write_text("arch: toy_mlp\n")
-    run = _torchrun("toy_mlp", "train.epochs=2", f"run_dir={tmp_path}", monitor=3)  # rank 1 has time to say it
-    out = run.communicate(timeout=300)[0]
+    port = str(_free_port())
+    ranks = [subprocess.Popen([sys.executable, "-m", "bnn_zoo.train", "toy_mlp", "train.epochs=2", f"run_dir={tmp_path}"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                                   "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"})
+             for rank in (0, 1)]
+    said = [rank.communicate(timeout=300)[0] for rank in ranks]
     refusal = f"run directory {tmp_path} holds config.yaml, which no bnn-zoo run wrote"
-    assert run.returncode != 0 and f"error: {refusal}" in out, out
-    assert f"error: another rank stopped (ConfigError: {refusal}" in out and "[rank1]: Traceback" not in out, out
+    assert [rank.returncode for rank in ranks] == [2, 2], said
+    assert said[0].startswith(f"error: {refusal}") and said[0].count("\n") == 1, said[0]
+    assert said[1].startswith(f"error: another rank stopped (ConfigError: {refusal}") and said[1].count("\n") == 1, said[1]
     assert (tmp_path / "config.yaml").read_text() == "arch: toy_mlp\n"
 
 
@@ -236,12 +241,20 @@ def test_a_first_rank_that_cannot_load_the_data_stops_every_rank(tmp_path):
     assert (tmp_path / "1.txt").read_text() == "[] another rank could not load the data (DataError: no MNIST under /nowhere)"
 
 
-def _ddp_step(world: World, fails: bool) -> None:
-    net = torch.nn.Linear(2, 1)
-    loss = world.wrap([net], lambda x, y: (net(x) - y).pow(2).mean(), CPU)
+def _fit(loss, fails: bool) -> None:
+    """One step through a DDP that only this frame holds, as loop.fit holds it; where ``fails``, a
+    non-finite loss after it."""
     loss(torch.ones(2, 2), torch.zeros(2, 1)).backward()
     if fails:
-        raise ConfigError("stopped while the DDP lives")
+        raise TrainingError("a non-finite loss")
+
+
+def _ddp_step(world: World, fails: bool) -> None:
+    net = torch.nn.Linear(2, 1)
+    try:
+        _fit(world.wrap([net], lambda x, y: (net(x) - y).pow(2).mean(), CPU), fails)
+    except TrainingError:  # re-raised as LastCheckpoint does: the first error, with _fit's frame, its context
+        raise ConfigError("stopped while the DDP lives") from None
 
 
 def _gloo_threads_after(rank: int, port: int, out: str, fails: bool) -> None:

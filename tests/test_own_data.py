@@ -329,6 +329,10 @@ def test_bad_settings_and_files_are_named(tmp_path):
     torch.save({"x": torch.zeros(4, 1), "y": torch.tensor([0.5, 1.0, float("nan"), 2.0])}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="example 2 holds a NaN or infinite target; fill or drop it"):
         load_splits(regression)
+    torch.save({"x": torch.zeros(4, 1), "y": torch.ones(4), "x_test": torch.zeros(2, 1),
+                "y_test": torch.tensor([1.0, float("inf")])}, tmp_path / "d.pt")
+    with pytest.raises(DataError, match="example 1 of the test part holds a NaN or infinite target"):
+        load_splits(regression)
 
     torch.save({"x": torch.zeros(4, 2), "y": Payload()}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="cannot read .*d.pt as a .npz of arrays or a .pt of tensors"):
