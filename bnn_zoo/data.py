@@ -8,12 +8,12 @@ from __future__ import annotations
 import gzip
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .config_checks import recipe
 from .errors import DataError
@@ -260,9 +260,8 @@ def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
         cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
     if splits.found is None:
         return cfg
-    f = splits.found
-    cfg.data.input_shape, cfg.data.classes, cfg.data.mean, cfg.data.std = f.input_shape, f.classes, f.mean, f.std
-    cfg.data.features, cfg.data.digest, cfg.data.target_stats = f.features, f.digest, f.target_stats
+    for name, value in asdict(splits.found).items():  # each of Found's fields is the data key of its name
+        cfg.data[name] = value
     cfg.data.val_size = 0 if splits.val is None else len(splits.val)
     cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
     if cfg.data.test_path:
@@ -273,9 +272,7 @@ def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
 def found_of(cfg: DictConfig) -> Optional[Found]:
     """What a run on your own data found in its training split (None: MNIST's statistics, or a
     run that has not begun)."""
-    d = cfg.data
-    if d.mean is None:
+    if cfg.data.mean is None:
         return None
-    listed = lambda v: None if v is None else list(v)  # noqa: E731
-    return Found(list(d.input_shape), listed(d.classes), list(d.mean), list(d.std), listed(d.features), d.digest,
-                 listed(d.target_stats))
+    data = OmegaConf.to_container(cfg.data)
+    return Found(**{f.name: data[f.name] for f in fields(Found)})

@@ -135,7 +135,7 @@ class Gaussian(Likelihood):
         self.register_buffer("target_sd", torch.tensor(float(target[1])), persistent=False)
 
     def loc_scale(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loc = self.target_mean + self.target_sd * out[..., 0]
+        loc = self.returned(out)
         if self.noise == "heteroscedastic":
             # softplus(raw + softplus^-1(scale)): equals scale at raw = 0; 1e-4 keeps it off zero.
             offset = self.scale + torch.log(-torch.expm1(-self.scale))
@@ -146,6 +146,7 @@ class Gaussian(Likelihood):
         return dist.Normal(*self.loc_scale(out))
 
     def returned(self, out):
+        """The mean, in the targets' units."""
         return self.target_mean + self.target_sd * out[..., 0]
 
     def predictive(self, out):
