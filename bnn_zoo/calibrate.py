@@ -29,7 +29,7 @@ from .abstention import DENSITY, SIGNALS
 from .calibration import NotCertified, certify, check_settings, density_cuts
 from .conformal import SCORES as SET_SCORES, calibrate_sets
 from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, PARTS, TWIN, TWIN_SCALED, save_atomic
-from .trained import Trained, certified_weights, load
+from .trained import Trained, certified_weights, is_shipped, load
 from .config_checks import pick_device
 from .data import run_split
 from .errors import ConfigError
@@ -167,6 +167,9 @@ SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "al
 def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
     """``calibrate_trained`` on the run stored in ``run_dir``; settings left out or None come from
     the run's config (``abstention.risk``, ...), the twin's signal from ``twin_signal``."""
+    if is_shipped(run_dir):
+        raise ConfigError(f"{run_dir} is a shipped posterior, certified as it shipped; calibrate a run directory "
+                          f"(./{run_dir} for a folder of that name)")
     trained = load(run_dir, pick_device(device))
     given = {k: v for k, v in settings.items() if v is not None}
     defaults = {k: trained.config.abstention[k] for k in SETTINGS if k not in given}

@@ -16,7 +16,7 @@ from torch import nn
 
 from .errors import CheckpointError
 from .files import write_atomic
-from .trust import check_trusted
+from .trust_list import check_trusted
 
 CHECKPOINT = "checkpoint.pt"
 TWIN_CHECKPOINT = "twin.pt"
@@ -195,7 +195,7 @@ RETIRED_KEYS = {"train": ("member",)}
 def stored_config(state: dict, source: str | Path = "a checkpoint") -> dict:
     """The config a checkpoint (read from ``source``) stores, without the keys this bnn-zoo retired
     (``make_config`` reads it); one naming a network by name this user does not trust is refused
-    (``bnn_zoo.trust``: building it would run code)."""
+    (``bnn_zoo.trust_list``: building it would run code)."""
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in state["config"].items()}
     check_trusted(config, source)
     for section, keys in RETIRED_KEYS.items():

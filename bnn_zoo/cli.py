@@ -106,6 +106,12 @@ def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> 
                             help="images per out-of-distribution set (default 10000)")
 
 
+def note(line: str | None) -> None:
+    """A line for the person at the terminal, on stderr beside the answers (nothing for None)."""
+    if line:
+        print(line, file=sys.stderr)
+
+
 def run(command: Callable[[], int]) -> int:
     """Run a command; a user's mistake ends in one line on stderr and exit code 2."""
     try:

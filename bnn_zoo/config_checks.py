@@ -150,10 +150,11 @@ def recipe(cfg: DictConfig) -> Recipe:
 
 
 def check_network_fits(cfg: DictConfig) -> None:
-    """The network ``cfg`` names must take its own data's shape, once found: built once, where the
-    data is found, not at every config that names it, and from a fork of torch's random stream
-    (the run's draws stay as they were)."""
-    if cfg.data.input_shape is None:  # MNIST's and the toy sets' shapes are the recipes' own
+    """The network ``cfg`` names must be built, and take its data's shape: a network by name (its
+    factory called, under ``bnn_zoo.network_names``' guard) or one on your own data, once its shape
+    is found; built once, before a run starts, not at every config that names it, and from a fork
+    of torch's random stream (the run's draws stay as they were)."""
+    if cfg.data.input_shape is None and ":" not in cfg.arch:  # MNIST's and the toy sets' shapes are the recipes' own
         return
     try:
         with torch.random.fork_rng(devices=[]):

@@ -20,13 +20,13 @@ from tqdm.auto import tqdm
 
 from . import cli
 from .abstention import Rule, risk_coverage, uncertainty
-from .trained import Trained, load, shipped_names
+from .trained import Trained, is_shipped, load, shadowed
 from .config_checks import pick_device
 from .conformal import ConformalSets
 from .cost import Cost as Measure
 from .data import run_split
 from .inputs import image_inputs, pixel_inputs
-from .own_data import image_files
+from .folders import image_files
 from .errors import ConfigError, DataError
 from .likelihoods import Categorical
 from .metrics import detection, expected_calibration_error
@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        shipped = not Path(args.run_dir).exists() and args.run_dir in shipped_names()  # its figures go beside you
+        cli.note(shadowed(args.run_dir))
+        shipped = is_shipped(args.run_dir)  # its figures go beside you
         output = Path(args.output or (f"{args.run_dir}_eval.json" if shipped else Path(args.run_dir) / "eval.json"))
         if not output.parent.is_dir():  # found out before the work, not after
             raise ConfigError(f"--output {output}: folder {output.parent} does not exist; create it or "

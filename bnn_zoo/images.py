@@ -1,19 +1,21 @@
-"""A person's image file as the networks see their inputs: MNIST's 28x28, white on black.
+"""Image files as the networks see them: ``decode``, the one reader of every image file bnn-zoo
+opens (the raster formats of FORMATS only: EXIF orientation applied, transparency composited on the
+background that contrasts with the ink, 16-bit and floating-point pixels scaled to 0..255), and
+``load_image``, a person's digit as MNIST's 28x28, white on black: the ink fitted into 20x20 and
+centred by its centre of mass, as MNIST's digits were (a drawing in a corner of a canvas reads as
+the digit it is; a 28x28 image is taken as it is).
 
-Reads what people send in the raster formats of FORMATS: EXIF orientation applied, transparency
-composited on the background that contrasts with the ink, 16-bit and floating-point pixels scaled
-to 0..255, then the ink fitted into 20x20 and centred by its centre of mass, as MNIST's digits were
-(a drawing in a corner of a canvas reads as the digit it is; a 28x28 image is taken as it is).
-
-Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``
+Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``; ``decode("cat.png", channels=3)``
 """
 from __future__ import annotations
 
+import re
 import struct
 import warnings
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import torch
 
 # The formats read: Pillow's plugin name, the name people know. Only raster formats Pillow decodes
@@ -28,6 +30,45 @@ MAX_PIXELS = 25_000_000
 INK_FLOOR = 32
 
 
+def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
+    """An image file (a path, or a binary file object such as io.BytesIO) as floats [channels, H,
+    W] in 0..255, gray (1 channel) or RGB (3): the one decoder of every image bnn-zoo reads (a
+    person's digit, a folder of your own images, an OOD folder, an upload to the page).
+
+    Only the raster formats of FORMATS are decoded, an image of more than MAX_PIXELS is refused
+    before it is, EXIF orientation is applied, transparent pixels take the background that
+    contrasts with the ink (a dark digit drawn on nothing gets white paper), 16-bit and
+    floating-point pixels are scaled to 0..255. Raises ValueError with the reason when the file
+    cannot be read as such an image.
+
+    Usage: ``values = decode("cat.png", channels=3)  # float32 [3, H, W]``
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(source, formats=list(FORMATS)) as img:
+                if img.width * img.height > MAX_PIXELS:
+                    raise ValueError(_too_large(img.width * img.height))
+                return _values(ImageOps.exif_transpose(img), channels)
+    except FileNotFoundError:
+        raise ValueError("no such file") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:  # Pillow's own bound, past ours
+        size = re.search(r"\((\d+) pixels\)", str(err))
+        raise ValueError(_too_large(int(size.group(1))) if size else "too large to decode safely; scale it down first") from None
+    except UnidentifiedImageError:
+        refused = _other_format(source)
+        raise ValueError(f"not an image format bnn-zoo reads ({refused}); {SEND}" if refused else
+                         f"not a readable image; {SEND}") from None
+    except (OSError, SyntaxError) as err:
+        raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
+
+
+def _too_large(pixels: int) -> str:
+    return f"{pixels:,} pixels is too large (at most {MAX_PIXELS:,}); scale it down first"
+
+
 def load_image(path: str | Path | BinaryIO, invert: str = "auto", centre: bool = True) -> torch.Tensor:
     """An image file (a path, or a binary file object such as io.BytesIO) as MNIST's format:
     grayscale uint8 [28, 28], white on black.
@@ -35,31 +76,9 @@ def load_image(path: str | Path | BinaryIO, invert: str = "auto", centre: bool =
     ``invert``: "auto" inverts images whose border is light (dark ink on paper), "yes", "no".
     ``centre``: fit the ink (the pixels brighter than INK_FLOOR) into 20x20 and centre it by its
     mass in 28x28, as MNIST's digits were; False: the whole image resized to 28x28. An image of
-    28x28 is taken as it is, already in MNIST's format.
-    Raises ValueError with the reason when the file cannot be read as an image: a format not in
-    FORMATS, a broken or huge file, pixels that are not numbers (NaN or inf).
+    28x28 is taken as it is, already in MNIST's format. Raises ``decode``'s ValueError.
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path, formats=list(FORMATS)) as img:
-                width, height = img.size
-                if width * height > MAX_PIXELS:
-                    raise ValueError(f"{width} x {height} pixels is too large (at most {MAX_PIXELS:,}); "
-                                     "scale it down first")
-                gray = _grayscale(ImageOps.exif_transpose(img))
-    except FileNotFoundError:
-        raise ValueError("no such file") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise ValueError(f"too large to decode safely ({err}); scale it down first") from None
-    except UnidentifiedImageError:
-        refused = _other_format(path)
-        raise ValueError(f"not an image format bnn-zoo reads ({refused}); {SEND}" if refused else
-                         f"not a readable image; {SEND}") from None
-    except (OSError, SyntaxError) as err:
-        raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
+    gray = decode(path, 1)[0]
     pixels = _resized(gray)
     border = torch.cat([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).float().mean()
     flip = invert == "yes" or (invert == "auto" and border > 127)
@@ -126,37 +145,44 @@ def _first_bytes(path: str | Path | BinaryIO) -> bytes:
     return path.read(16)
 
 
-def _grayscale(img) -> torch.Tensor:
-    """Luminance 0..255 as float [H, W]: transparent pixels take the background that contrasts with
-    the ink (a dark digit drawn on nothing gets white paper), wide pixel types are scaled."""
-    if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        values = _floats(img if img.mode == "F" else img.convert("F"))
-        broken = int((~values.isfinite()).sum())
-        if broken:
-            raise ValueError(f"holds {broken} non-finite pixels (NaN or inf); every pixel must be a number "
-                             "(floats 0..1 or 0..255)")
-        values = values.clamp_min(0)
-        if img.mode.startswith("I;16"):
-            return values * (255.0 / 65535)  # 16 bits, whatever the picture's brightest pixel
-        top = float(values.max()) if values.numel() else 0.0
-        if img.mode == "F" and top <= 1.0:
-            return values.clamp_max(1) * 255  # floats in 0..1
-        # 32-bit integers or floats: 0..255 as they are, else 16-bit range, else the image's own
-        return values if top <= 255 else values * (255.0 / (65535.0 if top <= 65535 else top))
-    if "A" in img.getbands() or "transparency" in img.info:
-        rgba = img.convert("RGBA")
-        luminance, alpha = _floats(rgba.convert("L")), _floats(rgba.getchannel("A")) / 255
-        ink = (luminance * alpha).sum() / alpha.sum().clamp_min(1e-6)
-        background = 255.0 if ink < 128 else 0.0
-        return luminance * alpha + background * (1 - alpha)
-    return _floats(img.convert("L"))
+WIDE = ("I", "I;16", "I;16B", "I;16L", "F")  # Pillow's modes of 16- and 32-bit pixels, one band
+
+
+def _values(img, channels: int) -> torch.Tensor:
+    """The pixels as floats [channels, H, W] in 0..255: transparency composited on the background
+    that contrasts with the ink, wide pixel types scaled."""
+    if img.mode in WIDE:
+        return _wide(img).expand(channels, -1, -1)
+    mode = "L" if channels == 1 else "RGB"
+    if "A" not in img.getbands() and "transparency" not in img.info:
+        return _floats(img.convert(mode))
+    rgba = img.convert("RGBA")
+    luminance, alpha = _floats(rgba.convert("L"))[0], _floats(rgba.getchannel("A"))[0] / 255
+    ink = (luminance * alpha).sum() / alpha.sum().clamp_min(1e-6)
+    background = 255.0 if ink < 128 else 0.0
+    return _floats(rgba.convert(mode)) * alpha + background * (1 - alpha)
+
+
+def _wide(img) -> torch.Tensor:
+    """A 16- or 32-bit one-band image as floats [H, W] in 0..255."""
+    values = _floats(img if img.mode == "F" else img.convert("F"))[0]
+    broken = int((~values.isfinite()).sum())
+    if broken:
+        raise ValueError(f"holds {broken} non-finite pixels (NaN or inf); every pixel must be a number "
+                         "(floats 0..1 or 0..255)")
+    values = values.clamp_min(0)
+    if img.mode.startswith("I;16"):
+        return values * (255.0 / 65535)  # 16 bits, whatever the picture's brightest pixel
+    top = float(values.max()) if values.numel() else 0.0
+    if img.mode == "F" and top <= 1.0:
+        return values.clamp_max(1) * 255  # floats in 0..1
+    # 32-bit integers or floats: 0..255 as they are, else 16-bit range, else the image's own
+    return values if top <= 255 else values * (255.0 / (65535.0 if top <= 65535 else top))
 
 
 def _floats(img) -> torch.Tensor:
-    """A one-band image (L or F) as float32 [H, W]."""
-    width, height = img.size
-    dtype = torch.float32 if img.mode == "F" else torch.uint8
-    return torch.frombuffer(bytearray(img.tobytes()), dtype=dtype).reshape(height, width).float()
+    """An image of mode L, F or RGB as float32 [bands, H, W]."""
+    return torch.from_numpy(np.asarray(img, dtype=np.float32).copy()).reshape(img.height, img.width, -1).permute(2, 0, 1)
 
 
 def _resized(gray: torch.Tensor):
@@ -165,4 +191,4 @@ def _resized(gray: torch.Tensor):
 
     img = Image.frombytes("F", (gray.shape[1], gray.shape[0]), gray.contiguous().numpy().tobytes())
     small = img.resize((28, 28), Image.BILINEAR)
-    return _floats(small).round().clamp(0, 255).to(torch.uint8)
+    return _floats(small)[0].round().clamp(0, 255).to(torch.uint8)

@@ -24,6 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .data import DATA_ENV, data_root, find_idx, load_torchvision, read_idx
 from .errors import DataError
 from .images import centred
+from .folders import class_files
 from .own_data import read_images
 
 FAR = ("notmnist", "fashion_mnist", "mnist", "noise")
@@ -155,8 +156,8 @@ def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> 
 
 def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tensor:
     """Images from class folders (``A``..``J``), as grayscale 28x28 uint8."""
-    files = sorted(p for d in sorted(folder.iterdir()) if d.is_dir() for p in d.iterdir())
-    images = read_images(files, (28, 28), 1, folder, skip_unreadable)
+    _, files = class_files(folder)
+    images = read_images([path for path, _ in files], (28, 28), 1, folder, skip_unreadable)
     return images.mul_(255).round_().to(torch.uint8).reshape(-1, 28, 28)
 
 

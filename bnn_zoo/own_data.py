@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from .errors import DataError
+from .folders import class_files
+from .images import decode
 from .tables import read_csv, table_columns
 
 OWN_DATA = ("folder", "tensors", "csv")
@@ -103,53 +105,22 @@ def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Exampl
 
 def read_folder(cfg: DictConfig, path: Path) -> Examples:
     """The images of a class-per-subfolder folder (ImageFolder's layout), as [N, C, H, W] in 0..1."""
-    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
-
-    if not path.is_dir():
-        raise DataError(f"no folder at {path}: data.path names a folder with a subfolder of images per class")
-    try:
-        classes, index = find_classes(str(path))
-        files = make_dataset(str(path), index, IMG_EXTENSIONS)
-    except FileNotFoundError as err:  # no class folder, or a class folder without images
-        raise DataError(f"{path}: {str(err).splitlines()[0]} (a subfolder of images per class, "
-                        f"{'/'.join(IMG_EXTENSIONS)})") from None
+    classes, files = class_files(path)
     size = cfg.data.image_size and (cfg.data.image_size, cfg.data.image_size)
-    images = read_images([Path(f) for f, _ in files], size, cfg.data.channels, path)
+    images = read_images([f for f, _ in files], size, cfg.data.channels, path)
     return Examples(images, torch.tensor([label for _, label in files]), classes)
-
-
-def image_files(folder: Path) -> list[Path]:
-    """The image files in a folder and its subfolders, sorted by path."""
-    from torchvision.datasets.folder import IMG_EXTENSIONS
-
-    if not folder.is_dir():
-        raise DataError(f"no folder at {folder}")
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMG_EXTENSIONS and p.is_file())
-    if not files:
-        raise DataError(f"no images ({'/'.join(IMG_EXTENSIONS)}) in {folder}")
-    return files
 
 
 def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: int, where: Path | str,
                 skip_unreadable: bool = False) -> torch.Tensor:
-    """Image files as floats [N, channels, H, W] in 0..1, each resized to size (height, width; None:
-    all must share one size already); ``skip_unreadable`` leaves out the files that are no image."""
-    from PIL import Image, UnidentifiedImageError
-
-    mode = {1: "L", 3: "RGB"}[channels]
+    """Image files as floats [N, channels, H, W] in 0..1, each read by ``pixels_of`` (None: all
+    must share one size already); ``skip_unreadable`` leaves out the files that are no image."""
     images, first, bad = [], None, []
     for file in files:
         try:
-            with Image.open(file) as img:
-                if img.mode.startswith("I"):  # 16- or 32-bit gray: to 8 bits by its own range, not clipped
-                    wide = np.asarray(img, dtype=np.float64)
-                    img = Image.fromarray((wide * 255 / max(65535 if img.mode.startswith("I;16") else wide.max(), 1)).astype(np.uint8))
-                img = img.convert(mode)
-                if size:
-                    img = img.resize((size[1], size[0]), Image.BILINEAR)
-                pixels = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy())
-        except (UnidentifiedImageError, OSError, ValueError) as err:  # a missing file too (a broken link)
-            bad.append((file, "missing" if isinstance(err, FileNotFoundError) else type(err).__name__))
+            pixels = pixels_of(file, size, channels)
+        except ValueError as err:  # a missing file too (a broken link), a format not read, a bomb
+            bad.append((file, str(err)))
             continue
         if first is None:
             first = (file, pixels.shape)
@@ -160,13 +131,27 @@ def read_images(files: list[Path], size: Optional[tuple[int, int]], channels: in
     if bad and not skip_unreadable:
         file, why = bad[0]
         if len(bad) == 1:
-            raise DataError(f"no image at {file}" if why == "missing" else
+            raise DataError(f"no image at {file}" if why == "no such file" else
                             f"cannot read the image {file} ({why}): delete or replace it")
         raise DataError(f"cannot read {len(bad)} images in {where}, the first {file} ({why}): delete or replace them")
     if not images:
         raise DataError(f"no images in {where}")
     stacked = torch.stack(images).float() / 255.0
     return stacked.unsqueeze(1) if channels == 1 else stacked.permute(0, 3, 1, 2)
+
+
+def pixels_of(file: Path | BinaryIO, size: Optional[tuple[int, int]], channels: int) -> torch.Tensor:
+    """One image file (a path, or a binary file object: an upload) as uint8 [H, W] (gray) or [H, W,
+    3], decoded by ``bnn_zoo.images.decode`` and resized to ``size`` (height, width) with Pillow's
+    bilinear filter; ValueError with the reason where it is no image bnn-zoo reads."""
+    from PIL import Image
+
+    values = decode(file, channels).round().clamp(0, 255).to(torch.uint8)
+    pixels = values[0] if channels == 1 else values.permute(1, 2, 0)
+    if not size:
+        return pixels
+    small = Image.fromarray(pixels.contiguous().numpy()).resize((size[1], size[0]), Image.BILINEAR)
+    return torch.from_numpy(np.asarray(small, dtype=np.uint8).copy())
 
 
 def _size(shape) -> str:

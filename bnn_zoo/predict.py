@@ -21,7 +21,7 @@ import torch
 from . import cli
 from .abstention import DENSITY, SIGNALS, uncertainty
 from .checkpoint import PARTS
-from .trained import load
+from .trained import load, shadowed
 from .config_checks import pick_device
 from .data import found_of, normalize
 from .inputs import class_names, image_inputs
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
 @pyro.settings.context(module_local_params=True)
 def _answer(args) -> int:
+    cli.note(shadowed(args.run_dir))
     trained = load(args.run_dir, pick_device(args.device))
     regression = not isinstance(trained.model.likelihood, Categorical)
     if regression and trained.config.data.name not in ROWS:

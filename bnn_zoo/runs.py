@@ -110,9 +110,9 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
     holds another run's files, unless ``overwrite`` (then ``remove_run_files`` once the new run is
     ready to write); files of a run's names that no run wrote stop it either way. A second process
     that claims the folder meanwhile stops at once. The lock goes with the process, even a killed
-    one; a run that stops before writing anything (missing data, say) in a folder it made takes
-    its lock file and the folder away. A folder that cannot be written stops it before any work."""
-    created = not run_dir.exists()
+    one; a run that stops before writing anything (missing data, say) takes the lock file it made
+    away, and the folder where it made that too. A folder that cannot be written stops it before any work."""
+    created, locked_before = not run_dir.exists(), (run_dir / LOCK).exists()
     make_folder(run_dir)
     check_writable(run_dir)
     with open_lock(run_dir / LOCK) as lock:
@@ -134,9 +134,11 @@ def claim(run_dir: Path, overwrite: bool = False, resuming: bool = False):
         try:
             yield
         finally:
-            if created and not owned(run_dir) and not existing_run(run_dir):  # it stopped before writing: no trace
-                (run_dir / LOCK).unlink(missing_ok=True)
-                _remove_if_empty(run_dir)
+            if not owned(run_dir) and not existing_run(run_dir):  # it stopped before writing: no trace
+                if not locked_before:
+                    (run_dir / LOCK).unlink(missing_ok=True)
+                if created:
+                    _remove_if_empty(run_dir)
 
 
 def remove_run_files(run_dir: Path) -> None:

@@ -24,8 +24,10 @@ from .data import found_of
 from .ood import white_noise
 from .errors import UserError
 from .images import load_image
+from .own_data import pixels_of
 from .ood import drawing, glyph, matplotlib_font
 from .serve_answers import Answerer, BadRequest
+from .trained import shadowed
 
 PAGE = Path(__file__).with_name("serve_page.html")
 MAX_UPLOAD = 10 * 1024 * 1024  # bytes; a larger upload is refused before it is read whole
@@ -51,12 +53,14 @@ def example_pixels(name: str) -> torch.Tensor:
 
 def read_image(body: bytes, as_mnist: bool = True) -> torch.Tensor:
     """Uploaded or drawn image bytes as the predict command line reads a file: uint8 [28, 28]; for
-    a run on your own images (not ``as_mnist``) as it read them, the whole image resized, neither
-    inverted nor centred."""
+    a run on your own images (not ``as_mnist``) as it and predict read them (``pixels_of``: the
+    whole image resized, neither inverted nor centred)."""
     if not body:
         raise BadRequest("nothing was sent: draw a digit on the canvas, choose an image file, or click an example")
     try:
-        return load_image(io.BytesIO(body)) if as_mnist else load_image(io.BytesIO(body), invert="no", centre=False)
+        if as_mnist:
+            return load_image(io.BytesIO(body))
+        return pixels_of(io.BytesIO(body), (28, 28), 1)
     except ValueError as err:
         raise BadRequest(f"cannot use this file: {err}") from None
 
@@ -189,6 +193,7 @@ def _serve(args) -> int:
     except ImportError:
         raise UserError('the page needs the serve extra: pip install "bnn-zoo[serve]" '
                         '(pip install -e ".[serve]" in a checkout)') from None
+    cli.note(shadowed(args.model))
     answerer = Answerer(args.model, args.device)
     answerer.model(args.model)  # a bad name or run fails here, before the server starts
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)

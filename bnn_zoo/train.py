@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 
 import pyro
 import torch
@@ -41,12 +41,14 @@ from .factory import build_from_config
 from .ladder import posteriors
 from .loop import figures, prefixed, train_phase
 from .mcmc import nuts_posterior
+from .network_names import imports_beside_you
+from .own_data import OWN_DATA
 from .phases import BayesPhase, TwinPhase
 from .resume import config_for_run, read_for_resume
 from .runs import Run
 from .sampling import predict
 from .toy import plot_toy
-from .trust import trust_given
+from .trust_list import trust_given
 
 
 def log(message: str) -> None:
@@ -62,7 +64,8 @@ def train(cfg: DictConfig) -> dict:
     A new run stops where another run lives (unless ``overwrite=true``); ``resume=DIR`` checks the
     overrides against the stored run, and every ensemble member's config, before anything trains."""
     cfg = resolved(cfg)
-    trust_given(cfg.arch, OmegaConf.to_container(cfg.model.kwargs), log)  # a network by name: its runs rebuild it
+    if cfg.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
+        check_network_fits(cfg)
     world = World.from_env(cfg.seed)
     world.check(cfg.train.members, cfg.infer)
     device = world.device(pick_device(cfg.device))
@@ -74,10 +77,12 @@ def train(cfg: DictConfig) -> dict:
         splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
         # your own data's shape, classes and statistics, for the checkpoint, checked before the run directory is touched
         cfg = make_config(with_found(cfg, splits))
-        check_network_fits(cfg)
+        if cfg.data.name in OWN_DATA:
+            check_network_fits(cfg)
         if not world.main:  # rank 0 writes the run directory, and alone goes on after training
             return train_network(cfg, run, splits, device, stored, world)
         _begin(run, cfg, stored)
+        trust_given(cfg.arch, OmegaConf.to_container(cfg.model.kwargs), log)  # built, and started: its runs rebuild it
         # after the old run's files went (overwrite=true), before any member trains
         members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
         log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
@@ -196,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv).args
     name, overrides = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
     def command() -> int:
-        train(config_for_run(name, overrides))
+        resuming = any(o.startswith("resume=") for o in overrides)  # a stored run's network: never from beside you
+        with nullcontext() if resuming else imports_beside_you():
+            train(config_for_run(name, overrides))
         return 0
 
     return cli.run(command)

@@ -39,11 +39,10 @@ class Trained:
     twin: Optional[Twin] = None  # the deterministic twin, when the run trained one
     epoch: int = 0
     samples: Optional[dict] = None  # HMC weight samples {site: [S, *shape]}, when infer=nuts
-    # The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.ladder): certified
-    # on validation when the run holds calibration.json, else the quantile rule, Rule().
-    rules: dict = field(default_factory=dict)
-    # Each posterior's conformal prediction sets, where calibration.json holds them
-    sets: dict = field(default_factory=dict)
+    # What calibration.json certified: read through ``rules`` and ``sets``, which refuse it where it
+    # certified other weights than the run holds
+    _rules: dict = field(default_factory=dict)
+    _sets: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)  # calibration.json's content
     # The twin's temperature (bnn_zoo.temperature), fitted on validation where calibration.json holds one
     temperature: Optional[float] = None
@@ -56,6 +55,23 @@ class Trained:
     calibration_problem: Optional[str] = None
 
     @property
+    def rules(self) -> dict[str, Rule]:
+        """The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.ladder): certified
+        on validation where the run holds calibration.json, else the quantile rule, Rule(); a
+        CheckpointError where its calibration certified other weights than the run holds now."""
+        if self.calibration_problem:
+            raise CheckpointError(self.calibration_problem)
+        return self._rules
+
+    @property
+    def sets(self) -> dict[str, ConformalSets]:
+        """Each posterior's conformal prediction sets, where calibration.json holds them; a
+        CheckpointError where it certified other weights than the run holds now."""
+        if self.calibration_problem:
+            raise CheckpointError(self.calibration_problem)
+        return self._sets
+
+    @property
     def device(self) -> torch.device:
         """Where the run was loaded (its prior and noise tensors live there)."""
         return self.model.device
@@ -65,8 +81,6 @@ class Trained:
         holds none; a CheckpointError where its calibration certified other weights) or the
         quantile rule with the given knobs (``quantile``)."""
         if rule == "calibrated":
-            if self.calibration_problem:
-                raise CheckpointError(self.calibration_problem)
             return {part: self.rules.get(part, Rule()) for part in PARTS}
         if rule == "quantile":
             return {part: Rule(quantile, threshold) for part in PARTS}
@@ -112,16 +126,37 @@ def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torc
     return written
 
 
+def is_shipped(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` names a shipped posterior: one of ``shipped_names()`` written as a bare
+    name (a string: ``lenet`` is the shipped one even beside a folder lenet/, which ``./lenet``
+    names)."""
+    return isinstance(run_dir, str) and run_dir in shipped_names()
+
+
+def shadowed(run_dir: str | Path) -> str | None:
+    """The line a command says where a bare shipped name is also a folder where it runs (None: it
+    is not): which of the two answers."""
+    if is_shipped(run_dir) and Path(run_dir).exists():
+        return f"note: {run_dir} is the shipped posterior {run_dir}; for the folder {run_dir} here, write ./{run_dir}"
+    return None
+
+
 def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
     """Rebuild a trained run's model, guide, deterministic twin, HMC samples and abstention rules
-    from its files; or, given the name of a shipped posterior (``shipped_names()``), that one.
+    from its files (``run_dir``, or its checkpoint.pt); or, given the name of a shipped posterior
+    (``is_shipped``: ``lenet`` is the shipped one, ``./lenet`` a folder of that name), that one.
     ``device``: a torch.device, or auto, cpu, cuda, cuda:N."""
     device = pick_device(device) if isinstance(device, str) else device
-    if not Path(run_dir).exists() and str(run_dir) in shipped_names():
+    if is_shipped(run_dir):
         return _shipped(str(run_dir), device)
+    if Path(run_dir).name == CHECKPOINT and Path(run_dir).is_file():  # a run's checkpoint names its run
+        run_dir = Path(run_dir).parent
     if not Path(run_dir).exists():
         raise CheckpointError(f"{run_dir} is neither a run directory nor a shipped posterior (those are "
                               f"{', '.join(shipped_names())})")
+    if not Path(run_dir).is_dir():
+        raise CheckpointError(f"{run_dir} is a file; give a run directory (the folder that holds {CHECKPOINT}) "
+                              f"or a shipped posterior ({', '.join(shipped_names())})")
     run_dir = Path(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
     twin = run_dir / TWIN_CHECKPOINT
@@ -138,7 +173,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
         if trained.calibration_problem:  # fitted to other weights: not for these
-            trained.sets, trained.temperature, trained.densities = {}, None, {}
+            trained._sets, trained.temperature, trained.densities = {}, None, {}
     return trained
 
 

@@ -11,10 +11,8 @@ Usage::
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
-import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
@@ -24,6 +22,7 @@ from torch import nn
 from .bnn import BayesianNet, bayesian
 from .likelihoods import make_likelihood
 from .nets import MLP, LeNet5
+from .network_names import build_network, guarded, import_factory
 from .twin import Twin
 
 NUM_CLASSES = 10
@@ -80,38 +79,6 @@ def architecture(name: Union[str, Recipe], kwargs: Optional[dict] = None, likeli
                          "network factory as package.module:factory") from None
 
 
-def import_factory(name: str) -> Callable[..., nn.Module]:
-    """The callable ``package.module:factory`` names. Its module is imported (and so runs, as any
-    import does); Python's own modules are refused (os:system is no network)."""
-    module_name, _, attr = name.partition(":")
-    parts = module_name.split(".") + attr.split(".")
-    if not all(p.isidentifier() for p in parts):
-        raise ValueError(f"{name!r} is not package.module:factory (e.g. torchvision.models:resnet18, or "
-                         "mynets:small_cnn for a mynets.py beside you)")
-    if parts[0] in sys.stdlib_module_names:
-        raise ValueError(f"{name}: {parts[0]} is Python's own library, not a network; name a factory of your own")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"cannot import {module_name} ({err}); install it, or run from the folder that holds "
-                         "it (or add that folder to PYTHONPATH)") from None
-    except Exception as err:  # the module's own code failed: a SyntaxError, an error at its import
-        raise ValueError(f"importing {module_name} failed: {type(err).__name__}: {err}") from None
-    factory = module
-    for step in attr.split("."):
-        factory = getattr(factory, step, None)
-        if factory is None:
-            raise ValueError(f"{module_name} has no {attr}")
-        if inspect.ismodule(factory):  # torch:os.system reaches another module through this one
-            raise ValueError(f"{name} passes through the module {factory.__name__}: name the factory in its own module")
-    if not callable(factory):
-        raise ValueError(f"{name} is a {type(factory).__name__}, not a callable that returns a network")
-    home = str(getattr(factory, "__module__", None) or "").split(".")[0]
-    if inspect.isbuiltin(factory) or home in sys.stdlib_module_names:
-        raise ValueError(f"{name} is Python's own {getattr(factory, '__name__', 'callable')}, not a network")
-    return factory
-
-
 def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
     factory = import_factory(name)
     try:
@@ -126,18 +93,19 @@ def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
         if dropout:
             raise ValueError(f"{name} keeps its own layers: MC dropout (train.twin_dropout) is for the registered "
                              "recipes; put dropout in your network instead")
-        net = factory(**kwargs)
-        if not isinstance(net, nn.Module):
-            raise ValueError(f"{name}(**{kwargs}) returned a {type(net).__name__}, not an nn.Module")
+        net = build_network(name, factory, kwargs)
         was_training = net.training
         try:
-            with torch.no_grad():  # in eval mode: the probe moves no BatchNorm statistics
+            with torch.no_grad(), guarded() as done:  # in eval mode: the probe moves no BatchNorm statistics
                 out = net.eval()(torch.zeros(2, *input_shape))
         except Exception as err:
-            raise ValueError(f"{name}(**{kwargs}) cannot take inputs of shape {list(input_shape)} "
-                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+            if not done:
+                raise ValueError(f"{name}(**{kwargs}) cannot take inputs of shape {list(input_shape)} "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
         finally:
             net.train(was_training)
+        if done:
+            raise ValueError(f"{name}(**{kwargs})'s forward pass {done[0]}; a network by name may not")
         shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         if shape != [2, outputs]:
             raise ValueError(f"{name}(**{kwargs}) gives {shape} for 2 inputs; its {likelihood} likelihood needs "

@@ -51,7 +51,10 @@ def test_sets_certified_for_other_weights_are_not_used(certified_run, tmp_path):
     state["guide"] = {k: v * 1.01 for k, v in state["guide"].items()}  # weights a resumed run moved on
     save_atomic(state, run / CHECKPOINT)
     trained = load(run)
-    assert trained.calibration_problem and trained.sets == {} and load(certified_run).sets
+    assert trained.calibration_problem and load(certified_run).sets
+    for held in ("rules", "sets"):  # the README's own quick start reads trained.rules: refused, as rules_for() is
+        with pytest.raises(CheckpointError, match="certified other weights .* re-certify with python -m bnn_zoo.calibrate"):
+            getattr(trained, held)
     assert trained.temperature is None and TWIN_SCALED not in posteriors(trained)  # fitted to other weights too
 
 

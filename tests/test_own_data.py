@@ -268,7 +268,18 @@ def bad_folder(tmp_path, kind):
         (root / "b" / "broken.png").write_bytes(b"not a png")
     elif kind == "two_unreadable":
         (root / "a" / "broken.png").write_bytes(b"not a png")
-        (root / "b" / "gone.png").symlink_to(root / "nowhere.png")  # a broken link: read as missing
+        (root / "b" / "gone.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # a PNG cut short
+    elif kind == "eps":  # Pillow would render it by running Ghostscript, an outside program
+        (root / "b" / "drawn.png").write_bytes(EPS)
+    elif kind == "bomb":  # 48 KB on disk, 900 million pixels
+        Image.new("1", (30000, 30000)).save(root / "b" / "huge.png")
+    elif kind == "link_out":  # a link out of the folder would read files that are not the data's
+        Image.new("L", (28, 28)).save(tmp_path / "elsewhere.png")
+        (root / "b" / "out.png").symlink_to(tmp_path / "elsewhere.png")
+    elif kind == "loop":  # a link to its own parent read 6 images as 246, with wrong labels
+        (root / "a" / "loop").symlink_to("..")
+    elif kind == "linked_class":
+        (root / "c").symlink_to(root / "a")
     elif kind == "sizes":
         Image.new("L", (32, 32)).save(root / "b" / "big.png")
     elif kind == "one_class":
@@ -277,19 +288,69 @@ def bad_folder(tmp_path, kind):
     return root
 
 
+READS = r"send PNG, JPEG, GIF, BMP, TIFF, WebP or PGM/PPM"
+LINK = r"a data folder's images are read from the folder itself, never through a link: copy what it links to into the folder, or remove the link"
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nnewpath 4 4 moveto 24 24 lineto stroke\nshowpage\n"
+
+
 @pytest.mark.parametrize("kind, message", [
-    ("empty", r"Found no valid file for the classes b"),
-    ("unreadable", r"cannot read the image .*broken.png \(UnidentifiedImageError\): delete or replace it"),
-    ("two_unreadable", r"cannot read 2 images in .*two_unreadable, the first .*a/broken.png \(UnidentifiedImageError\): "
-                       r"delete or replace them"),
+    ("empty", r"empty/b holds no images \(.jpg/.jpeg/.png/.ppm/.bmp/.pgm/.tif/.tiff/.webp\): add some, or remove the folder"),
+    ("unreadable", rf"cannot read the image .*broken.png \(not a readable image; {READS}\): delete or replace it"),
+    ("two_unreadable", rf"cannot read 2 images in .*two_unreadable, the first .*a/broken.png \(not a readable image; "
+                       rf"{READS}\): delete or replace them"),
+    ("eps", rf"cannot read the image .*b/drawn.png \(not an image format bnn-zoo reads \(EPS\); {READS}\)"),
+    ("bomb", r"cannot read the image .*b/huge.png \(900,000,000 pixels is too large \(at most 25,000,000\); scale "
+             r"it down first\): delete or replace it"),
+    ("link_out", rf"link_out/b/out.png is a symbolic link \(to .*elsewhere.png\); {LINK}"),
+    ("loop", rf"loop/a/loop is a symbolic link \(to ..\); {LINK}"),
+    ("linked_class", rf"linked_class/c is a symbolic link \(to .*linked_class/a\); {LINK}"),
     ("sizes", r"holds images of two sizes \(28x28 0.png, 32x32 big.png\): resize them all with data.image_size=N"),
     ("one_class", r"holds one class \(a\): a classifier needs examples of two or more"),
 ])
-def test_bad_folders_get_one_line_errors(tmp_path, kind, message):
+def test_bad_folders_get_one_line_errors(tmp_path, kind, message, monkeypatch):
+    import subprocess
+
+    from PIL import EpsImagePlugin
+
+    def no_program(*args, **kwargs):
+        raise AssertionError("an outside program was started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_program)  # nothing a file holds starts a program
+    monkeypatch.setattr(EpsImagePlugin, "Ghostscript", no_program)
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(bad_folder(tmp_path, kind))}))
     with pytest.raises(DataError, match=message) as err:
         load_splits(cfg)
     assert "\n" not in str(err.value)
+
+
+def test_hidden_entries_are_no_classes_and_no_images(tmp_path):
+    """A thumbnail cache, macOS's .DS_Store and its ._ files are a folder's housekeeping, not data."""
+    from bnn_zoo.folders import class_files, image_files
+
+    root = bad_folder(tmp_path, "plain")
+    (root / ".thumbnails").mkdir()
+    Image.new("L", (28, 28)).save(root / ".thumbnails" / "0.png")
+    Image.new("L", (28, 28)).save(root / "a" / "._0.png")
+    (root / "b" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    classes, files = class_files(root)
+    assert classes == ["a", "b"] and [(f.parent.name, f.name, k) for f, k in files] == [
+        (c, f"{i}.png", k) for k, c in enumerate("ab") for i in range(3)]
+    assert image_files(root) == [f for f, _ in files]
+
+
+def test_an_image_that_cannot_be_read_is_named_and_the_other_files_answered(folder_run, pngs, tmp_path, capsys):
+    """predict on files of a folder run: a bomb or an EPS named .png is one file's error, never a
+    traceback, and the files beside it are answered."""
+    Image.new("1", (30000, 30000)).save(tmp_path / "huge.png")
+    (tmp_path / "drawn.png").write_bytes(EPS)
+    good = next((pngs / "test" / "seven").iterdir())
+    assert predict_main([str(folder_run), str(tmp_path / "huge.png"), str(good), str(tmp_path / "drawn.png"),
+                         "--samples", "4", "--device", "cpu"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"{tmp_path / 'huge.png'}: error: cannot read the image {tmp_path / 'huge.png'} (900,000,000 " \
+                       "pixels is too large (at most 25,000,000); scale it down first): delete or replace it"
+    assert lines[2].startswith(f"{good}: ") and "error" not in lines[2]
+    assert lines[3].endswith(f"(not an image format bnn-zoo reads (EPS); {READS.replace(chr(92), '')}): delete or replace it")
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -431,3 +492,56 @@ def test_two_ood_sets_of_one_name_are_refused(folder_run, pngs):
 
     with pytest.raises(ConfigError, match="the OOD set name 'letters' is given twice"):
         evaluate_run(folder_run, num_samples=2, ood=("letters", f"letters={pngs / 'letters'}"), ood_size=5)
+
+
+def test_an_eps_named_png_is_refused_by_every_path_without_a_program(folder_run, tmp_path, monkeypatch):
+    """Training's folders (test_bad_folders_get_one_line_errors), predict (above), evaluate's OOD
+    folders and the page read images through one decoder, which opens raster formats alone."""
+    import io
+    import subprocess
+
+    from PIL import EpsImagePlugin
+    from starlette.testclient import TestClient
+
+    from bnn_zoo.evaluate import ood_inputs
+    from bnn_zoo.serve import create_app
+    from bnn_zoo.serve_answers import Answerer
+
+    def no_program(*args, **kwargs):
+        raise AssertionError("an outside program was started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_program)
+    monkeypatch.setattr(EpsImagePlugin, "Ghostscript", no_program)
+    (tmp_path / "ood").mkdir()
+    (tmp_path / "ood" / "drawn.png").write_bytes(EPS)
+    with pytest.raises(DataError, match=rf"drawn.png \(not an image format bnn-zoo reads \(EPS\); {READS}\)"):
+        ood_inputs(load(folder_run).config, f"eps={tmp_path / 'ood'}", None, 10, 0)
+    client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
+    found = client.post(f"/api/answer?model={folder_run}&samples=2", content=io.BytesIO(EPS).getvalue())
+    assert found.status_code == 400
+    assert found.json() == {"error": f"cannot use this file: not an image format bnn-zoo reads (EPS); "
+                                     f"{READS.replace(chr(92), '')}"}
+
+
+def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, tmp_path, capsys):
+    """One rule for transparency: transparent pixels take the background that contrasts with the
+    ink, whichever path reads the file (they took black in predict, white on the page)."""
+    import io
+
+    from starlette.testclient import TestClient
+
+    from bnn_zoo.inputs import image_inputs
+    from bnn_zoo.serve import create_app
+    from bnn_zoo.serve_answers import Answerer
+
+    rgba = np.zeros((28, 28, 4), dtype=np.uint8)
+    rgba[6:22, 12:16] = (20, 20, 20, 255)  # a dark stroke on nothing
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "stroke.png")
+    trained = load(folder_run)
+    x = image_inputs(trained.config, [tmp_path / "stroke.png"], "stroke.png")
+    client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
+    found = client.post(f"/api/answer?model={folder_run}&samples=2", content=(tmp_path / "stroke.png").read_bytes()).json()
+    pixels = torch.tensor(found["pixels"], dtype=torch.uint8)
+    assert pixels[0, 0] == 255 and pixels[10, 13] == 20  # white paper under a dark stroke
+    from bnn_zoo.inputs import pixel_inputs
+    assert torch.equal(pixel_inputs(trained.config, pixels[None]), x)

@@ -1,5 +1,6 @@
 """Any network by name (arch: package.module:factory, bnn_zoo.zoo): trained, stored, loaded and
 refused the way the registered recipes are."""
+import os
 import sys
 import textwrap
 
@@ -85,7 +86,8 @@ def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_
     assert metrics["twin"]["test/accuracy"] == pytest.approx(right)
     sys.modules.pop(own_nets)
     sys.path.remove(str(tmp_path))  # elsewhere, without the module: the message says what to do
-    with pytest.raises(CheckpointError, match="cannot import own_nets .* run from the folder that holds it") as err:
+    with pytest.raises(CheckpointError, match="cannot import own_nets .* never from the folder you stand in: install "
+                                              "it, import it yourself first, or add its folder to PYTHONPATH") as err:
         load(run_dir)
     assert "train the run again" not in str(err.value)
 
@@ -142,7 +144,7 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     trusts that name, because building it imports and calls code; training with a name trusts it."""
     import yaml
 
-    from bnn_zoo import trust
+    from bnn_zoo import trust, trust_list
     from bnn_zoo.checkpoint import save_atomic
     from bnn_zoo.resume import config_for_run
     from bnn_zoo.train import train
@@ -153,7 +155,7 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     run_dir = tmp_path / "run"
     train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
                                                    "train.epochs": 1, "train.twin": False}))
-    assert trust.trusted() == ['{"arch": "own_nets:small_cnn", "kwargs": {}}']  # given by the user: trusted
+    assert trust_list.trusted() == ['{"arch": "own_nets:small_cnn", "kwargs": {}}']  # given by the user: trusted
     load(run_dir)
     capsys.readouterr()
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "elsewhere"))  # another user, or another machine
@@ -192,19 +194,183 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
 
 
 def test_a_trust_list_others_may_write_is_refused(tmp_path, monkeypatch, capsys):
-    from bnn_zoo import trust
+    from bnn_zoo import trust, trust_list
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
-    trust.trust("own_nets:small_cnn", {})
+    trust_list.trust("own_nets:small_cnn", {})
     (tmp_path / "home" / "trusted_networks").chmod(0o666)
     with pytest.raises(CheckpointError, match=r"trusted_networks is not yours alone to write: make it so \(chmod go-w"):
-        trust.trusted()
+        trust_list.trusted()
     (tmp_path / "home" / "trusted_networks").chmod(0o644)
-    assert trust.trusted() == ['{"arch": "own_nets:small_cnn", "kwargs": {}}']
+    assert trust_list.trusted() == ['{"arch": "own_nets:small_cnn", "kwargs": {}}']
     said = []
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "a_file"))
     (tmp_path / "a_file").write_text("")
-    trust.trust_given("own_nets:small_cnn", {}, said.append)  # training goes on, and says why
+    trust_list.trust_given("own_nets:small_cnn", {}, said.append)  # training goes on, and says why
     assert said and said[0].startswith("warning: own_nets:small_cnn is not recorded as trusted")
-    trust.trust_given("lenet", {}, said.append)
+    trust_list.trust_given("lenet", {}, said.append)
     assert len(said) == 1  # a registered recipe needs no trust
+
+
+class Payload:
+    """What a pickle may hold: unpickled, it writes the marker file (code that ran)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("arch, kwargs, refused", [
+    ("torch:load", {"weights_only": False}, "opens {file}"),
+    ("numpy:load", {"allow_pickle": True}, "opens {file}"),
+    ("yaml:unsafe_load", {"stream": "!!python/object/apply:os.system ['touch {marker}']"}, r"starts a program \(os.system\)"),
+])
+def test_a_loader_named_as_a_network_is_refused_before_it_runs_anything(arch, kwargs, refused, tmp_path, monkeypatch):
+    """A config handed to you may name a loader with arguments that open a file (torch.load, numpy.load
+    unpickle it) or decode an object: built under the guard, it reads nothing, runs nothing, and is not
+    trusted after."""
+    import pickle
+
+    from bnn_zoo import trust_list
+
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
+    marker, file = tmp_path / "ran", tmp_path / "weights.pt"
+    file.write_bytes(pickle.dumps(Payload(str(marker))))
+    kwargs = {k: v.format(marker=marker) if isinstance(v, str) else v for k, v in kwargs.items()}
+    kwargs = {**kwargs, **({"f": str(file)} if arch == "torch:load" else {"file": str(file)} if arch == "numpy:load" else {})}
+    from bnn_zoo.config import make_config, resolved
+    from bnn_zoo.train import train
+
+    cfg = resolved(make_config({"arch": arch, "run_dir": str(tmp_path / "run"), "model": {"kwargs": kwargs},
+                                "train": {"epochs": 1, "progress": False}}))
+
+    with pytest.raises(ConfigError, match=f"{arch}.* {refused.format(file=file)} while it is built; a network by name is "
+                                          "built from its code alone") as err:
+        train(cfg)
+    assert "\n" not in str(err.value) and not marker.exists()
+    assert not (tmp_path / "run").exists() and trust_list.trusted() == []
+
+
+def test_an_installed_network_builds_under_the_guard():
+    import torchvision
+
+    from bnn_zoo.network_names import build_network, import_factory
+
+    net = build_network("torchvision.models:resnet18", import_factory("torchvision.models:resnet18"), {"num_classes": 3})
+    assert isinstance(net, torchvision.models.ResNet) and net.fc.out_features == 3
+
+
+def test_a_factory_that_catches_the_refusal_is_refused_all_the_same(tmp_path, monkeypatch):
+    (tmp_path / "sly_nets.py").write_text(textwrap.dedent('''
+        from torch import nn
+
+        def net(path="secrets.txt"):
+            try:
+                open(path).read()
+            except OSError:
+                pass
+            return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+
+        class NotANet:
+            pass
+
+        def annotated() -> int:
+            return 3
+        '''))
+    (tmp_path / "secrets.txt").write_text("x")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match=r"sly_nets:net\(\*\*\{\}\) opens .*secrets.txt while it is built"):
+            make_net(architecture("sly_nets:net"))
+        for name, says in (("NotANet", "returns a NotANet"), ("annotated", "returns a int")):
+            with pytest.raises(ValueError, match=f"sly_nets:{name} {says}, not a network"):
+                architecture(f"sly_nets:{name}")
+    finally:
+        sys.modules.pop("sly_nets", None)
+
+
+def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_nets, tmp_path, monkeypatch):
+    """cd into a run someone handed you and ask it: its mynets.py is not imported (the name you
+    trusted is your module, from installed packages or PYTHONPATH), and the line says so."""
+    import subprocess
+
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(NO_MNIST)
+    from bnn_zoo.train import train
+
+    run_dir = tmp_path / "handed"
+    train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
+                                                   "train.epochs": 1, "train.twin": False, "abstention.calibrate": False}))
+    marker = tmp_path / "ran"
+    (run_dir / "own_nets.py").write_text(f"open({str(marker)!r}, 'w').close()\n" + textwrap.dedent(NETS))
+    from PIL import Image
+
+    Image.new("L", (28, 28)).save(run_dir / "digit.png")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", ".", "digit.png", "--samples", "2"], cwd=run_dir,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and not marker.exists(), done.stderr
+    assert "cannot import own_nets (No module named 'own_nets'); a stored run's network comes from installed packages " \
+           "or PYTHONPATH, never from the folder you stand in" in done.stderr
+    env["PYTHONPATH"] = str(tmp_path)  # the module you chose, named: answered
+    (tmp_path / "own_nets.py").write_text(textwrap.dedent(NETS))
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", ".", "digit.png", "--samples", "2"], cwd=run_dir,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and not marker.exists(), done.stderr
+
+
+def test_a_network_that_cannot_be_built_leaves_nothing_and_is_not_trusted(own_nets, tmp_path, monkeypatch):
+    from bnn_zoo import trust_list
+    from bnn_zoo.train import train
+
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
+    (tmp_path / "run").mkdir()  # a folder of your own, where the run would go
+    with pytest.raises(ConfigError, match="returned a str, not an nn.Module"):
+        train(tiny_config(f"{own_nets}:not_a_network", run_dir=str(tmp_path / "run")))
+    assert list((tmp_path / "run").iterdir()) == [] and trust_list.trusted() == []
+
+
+def test_the_trust_list_survives_a_shared_umask_concurrent_writers_and_bad_bytes(tmp_path, monkeypatch):
+    import subprocess
+
+    from bnn_zoo import trust_list
+
+    monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
+    old = os.umask(0o002)  # a group-writable default: the folder made must still be yours alone
+    try:
+        trust_list.trust("a:net", {})
+    finally:
+        os.umask(old)
+    assert trust_list.trusted() == ['{"arch": "a:net", "kwargs": {}}']
+    code = "import sys; from bnn_zoo.trust_list import trust; trust(f'n{sys.argv[1]}:net', {})"
+    started = [subprocess.Popen([sys.executable, "-c", code, str(i)]) for i in range(8)]
+    assert all(p.wait(timeout=120) == 0 for p in started)
+    assert sorted(trust_list.trusted()) == sorted(['{"arch": "a:net", "kwargs": {}}',
+                                                   *(f'{{"arch": "n{i}:net", "kwargs": {{}}}}' for i in range(8))])
+    (tmp_path / "home" / "trusted_networks").write_bytes(b'{"arch": "a:net"}\n\xff\xfe\n')
+    with pytest.raises(CheckpointError, match=r"trusted_networks is not a list bnn-zoo wrote \(byte 18 is not UTF-8\): "
+                                              "delete it and trust your networks again"):
+        trust_list.trusted()
+    with pytest.raises(ConfigError, match="os is Python's own library"):
+        trust_list.trust("os:system", {})
+
+
+def test_python_m_bnn_zoo_trust_warns_of_nothing(tmp_path):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.trust"], capture_output=True, text=True,
+                          env={**os.environ, "BNN_ZOO_HOME": str(tmp_path)})
+    assert done.returncode == 0 and done.stderr == "" and done.stdout.startswith("no trusted networks")
+
+
+def test_a_forged_checkpoint_naming_python_s_own_library_is_not_offered_trust(tmp_path):
+    from bnn_zoo.trust_list import check_trusted
+
+    with pytest.raises(CheckpointError) as err:
+        check_trusted({"arch": "os:system", "model": {"kwargs": {"command": "ls"}}}, tmp_path / "checkpoint.pt")
+    assert str(err.value) == (f"{tmp_path / 'checkpoint.pt'} names os:system, which is no network (os:system: os is "
+                              "Python's own library, not a network; name a factory of your own); bnn-zoo never stores "
+                              "such a name: the file was forged or edited; use the run it came from")
+    assert "bnn_zoo.trust" not in str(err.value)

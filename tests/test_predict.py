@@ -97,6 +97,41 @@ def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared
 def test_predict_cli_refuses_a_missing_run(tmp_path, capsys):
     assert main([str(tmp_path), "x.png"]) == 2
     assert capsys.readouterr().err.startswith("error: no checkpoint at")
+    (tmp_path / "notes.txt").write_text("")
+    assert main([str(tmp_path / "notes.txt"), "x.png"]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'notes.txt'} is a file; give a run directory (the folder "
+                                       "that holds checkpoint.pt) or a shipped posterior (lenet, lenet_fashion, mnist_mlp)\n")
+
+
+def test_predict_cli_takes_a_run_s_checkpoint_for_its_run(tiny_run, tmp_path, capsys):
+    Image.fromarray(np.full((28, 28), 90, dtype=np.uint8)).save(tmp_path / "grey.png")
+    answers = []
+    for run in (tiny_run, tiny_run / "checkpoint.pt"):  # it said "no checkpoint at .../checkpoint.pt/checkpoint.pt"
+        assert main([str(run), str(tmp_path / "grey.png"), "--json", "--samples", "4"]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0] == answers[1]
+
+
+def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(tiny_run, shared_data, tmp_path,
+                                                                               monkeypatch, capsys):
+    """One rule: a bare shipped name (lenet) is the shipped posterior, ./lenet the folder; where both
+    are at hand a line says which answered (a folder lenet/ silently replaced the shipped lenet)."""
+    import shutil
+
+    shutil.copytree(tiny_run, tmp_path / "lenet")
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(np.full((28, 28), 90, dtype=np.uint8)).save(tmp_path / "grey.png")
+    assert main(["lenet", "grey.png", "--json", "--samples", "10"]) == 0
+    shipped = capsys.readouterr()
+    assert shipped.err == "note: lenet is the shipped posterior lenet; for the folder lenet here, write ./lenet\n"
+    assert main(["./lenet", "grey.png", "--json", "--samples", "10"]) == 0
+    folder = capsys.readouterr()
+    assert folder.err == "" and json.loads(folder.out)[0]["uncertainty_bits"] != json.loads(shipped.out)[0]["uncertainty_bits"]
+    from bnn_zoo.calibrate import main as calibrate_main
+
+    assert calibrate_main(["lenet"]) == 2
+    assert capsys.readouterr().err == ("error: lenet is a shipped posterior, certified as it shipped; calibrate a run "
+                                       "directory (./lenet for a folder of that name)\n")
 
 
 def test_predict_cli_answers_the_good_files_beside_a_huge_one(shared_data, tmp_path, capsys):

@@ -2,6 +2,7 @@
 (arch=mynets:small_mlp) trained on a CSV table, certified, and asked about new rows, one of them far
 outside anything it saw."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,10 @@ Path("new.csv").write_text("height,width\n0.1,0.2\n3.4,2.1\n40,-30\n")
 
 
 def run(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True)
+    # A stored run's network is imported from installed packages or PYTHONPATH, never from the folder
+    # you stand in (a run handed to you could carry a mynets.py): PYTHONPATH=. names this folder.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [".", os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(done.stderr)
     return done.stdout
