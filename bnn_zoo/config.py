@@ -66,7 +66,7 @@ class DataConfig:
     # folder: images resized to image_size x image_size (null: as they are, one size), 1 (gray) or 3 (RGB) channels
     image_size: Optional[int] = None
     channels: int = 1
-    target: Optional[str] = None  # csv: the target column (null: the last)
+    target: Optional[str] = None  # csv: the target column (null: one named target/label/class/y, else the last)
     ood: Dict[str, str] = field(default_factory=dict)  # {name: folder of images} evaluate and the scoreboard score
     # Found in your own data's training split when a run starts; its checkpoint answers without the data
     input_shape: Optional[List[int]] = None

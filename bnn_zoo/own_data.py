@@ -13,6 +13,7 @@ Usage: ``python -m bnn_zoo.train lenet data.name=folder data.path=my_pngs data.i
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Optional
@@ -24,12 +25,18 @@ from omegaconf import DictConfig
 from .errors import DataError
 from .folders import class_files
 from .images import decode
-from .tables import read_csv, table_columns
+from .tables import PICKLE, TEXT, ZIP, file_kind, is_number, read_csv, table_columns
 
 OWN_DATA = ("folder", "tensors", "csv")
 ROWS = ("tensors", "csv")  # the kinds whose inputs predict reads from a file of rows
 TEST_SHARE = 0.2  # the examples held out for the test set when the data has no test part of its own
 SPLIT_SEED = 1  # the held-out test examples are the same in every run
+# A classifier's classes of rows: at most MAX_CLASSES. A target whose values are more than
+# MANY_CLASSES and more than DISTINCT_SHARE of its rows, or are not whole numbers and either, is a
+# regression's (a price, a feature taken for the target), refused before it builds a class for each.
+MAX_CLASSES = 1000
+MANY_CLASSES = 50
+DISTINCT_SHARE = 0.5
 
 
 @dataclass
@@ -91,8 +98,8 @@ def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Exampl
         found = Examples(table.x, table.y, table.classes, table.features, table.target)
     if classes is not None and found.classes != classes:
         raise DataError(f"{path} holds the classes {found.classes}, its training data {classes}: give both the same classes")
-    if categorical and len(found.classes) < 2 and classes is None:
-        raise DataError(f"{path} holds one class ({found.classes[0]}): a classifier needs examples of two or more")
+    if categorical and classes is None:
+        _check_classes(cfg, path, found)
     part = " of the test part" if suffix else ""  # a tensor file's x_test and y_test
     if not bool(torch.isfinite(found.x).all()):
         row = int((~torch.isfinite(found.x)).flatten(1).any(1).nonzero()[0])
@@ -101,6 +108,24 @@ def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Exampl
         row = int((~torch.isfinite(found.y)).nonzero()[0])
         raise DataError(f"{path}: example {row}{part} holds a NaN or infinite target; fill or drop it")
     return found
+
+
+def _check_classes(cfg: DictConfig, path: Path, found: Examples) -> None:
+    """A classifier's training classes: two or more; of rows, at most MAX_CLASSES and not a
+    regression's target (many distinct values, or fractional ones)."""
+    if len(found.classes) < 2:
+        raise DataError(f"{path} holds one class ({found.classes[0]}): a classifier needs examples of two or more")
+    distinct, rows = len(torch.unique(found.y)), len(found.y)
+    fractional = all(map(is_number, found.classes)) and any(not float(c).is_integer() for c in found.classes)
+    many, spread = distinct > MANY_CLASSES, distinct > DISTINCT_SHARE * rows
+    if cfg.data.name in ROWS and (distinct > MAX_CLASSES or many and spread or fractional and (many or spread)):
+        what, other = (f"column {found.target!r}", ", or is another column the target (data.target=NAME)") \
+            if cfg.data.name == "csv" else ("y", "")
+        values = "numbers, not all whole," if fractional else "values"
+        why = f"more than the {MAX_CLASSES} classes a classifier may have" if distinct > MAX_CLASSES else \
+            "too many for a classifier's classes"
+        raise DataError(f"{path}: {what} holds {distinct} distinct {values} among {rows} rows: {why}. Was a regression "
+                        f"meant (arch=toy_mlp regresses; arch={cfg.arch} classifies){other}?")
 
 
 def read_folder(cfg: DictConfig, path: Path) -> Examples:
@@ -159,10 +184,18 @@ def _size(shape) -> str:
 
 
 def _tensor_file(path: Path) -> dict:
+    """The content of a .pt or .npz file, each told by its first bytes (a zip of .npy files: a .npz)."""
     if not path.is_file():
         raise DataError(f"no file at {path}: data.path names a .pt or .npz file holding x and y")
+    kind = file_kind(path)
+    if kind == TEXT:
+        raise DataError(f"{path} is text, a CSV table perhaps, not a tensor file (.pt or .npz): data.name=tensors "
+                        "reads tensor files, data.name=csv tables")
+    if kind not in (ZIP, PICKLE):
+        raise DataError(f"{path} is {kind}, neither a .pt (a zip archive or pickle) nor a .npz (a zip archive): "
+                        "save x and y with torch.save or numpy.savez")
     try:
-        if path.suffix == ".npz":
+        if kind == ZIP and _npz(path):
             with np.load(path, allow_pickle=False) as arrays:  # decodes arrays only, never Python objects
                 return {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files if arrays[k].dtype.kind in "biuf"}
         stored = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values only
@@ -174,28 +207,38 @@ def _tensor_file(path: Path) -> dict:
     return stored
 
 
+def _npz(path: Path) -> bool:
+    with zipfile.ZipFile(path) as archive:  # torch.save's zip holds data.pkl, numpy.savez's .npy files
+        return all(name.endswith(".npy") for name in archive.namelist())
+
+
 def read_tensors(path: Path, stored: dict, categorical: bool, suffix: str = "") -> Examples:
     """``x`` [N, ...] and ``y`` [N] (or ``x_test``, ``y_test``) of a .pt or .npz file (``stored``, its
-    content, read from ``path``); uint8 inputs are images, scaled to 0..1."""
+    content, read from ``path``); uint8 images [N, H, W] or [N, C, H, W] are scaled to 0..1, rows
+    [N, F] are the numbers they are."""
     x, y = stored.get("x" + suffix), stored.get("y" + suffix)
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise DataError(f"{path} lacks the tensors x{suffix} and y{suffix} (it holds {', '.join(map(str, stored)) or 'nothing'})")
     if x.dim() < 2 or y.shape != x.shape[:1] or not len(y):
         raise DataError(f"{path}: x{suffix} {list(x.shape)} and y{suffix} {list(y.shape)} do not pair up; give x as "
                         "[N, features] or [N, C, H, W] and y as [N], N > 0")
-    x = _inputs(x)
+    x = _inputs(x, images=x.dim() > 2)
     if not categorical:
         return Examples(x, y.float(), None)
     if y.is_floating_point() or y.dtype == torch.bool or int(y.min()) < 0:
         raise DataError(f"{path}: a classifier's labels y{suffix} are whole numbers 0..K-1, got {y.dtype} "
                         f"from {y.min().item()}")
+    if int(y.max()) >= MAX_CLASSES:  # before a name for each of its classes
+        raise DataError(f"{path}: y{suffix} holds the label {int(y.max())}, where a classifier's labels are 0..K-1, "
+                        f"K at most {MAX_CLASSES}: was a regression meant? arch=toy_mlp regresses")
     return Examples(x, y.long(), [str(k) for k in range(int(y.max()) + 1)])
 
 
-def _inputs(x: torch.Tensor) -> torch.Tensor:
-    """A tensor file's inputs as floats: uint8 ones are images, scaled to 0..1, gray [N, H, W] given
-    a channel and channels-last [N, H, W, 1 or 3] turned channels-first."""
-    if x.dtype != torch.uint8:
+def _inputs(x: torch.Tensor, images: bool) -> torch.Tensor:
+    """A tensor file's inputs as floats: uint8 ``images`` scaled to 0..1, gray [N, H, W] given a
+    channel and channels-last [N, H, W, 1 or 3] turned channels-first; any other as the numbers
+    they are, whatever their dtype (rows of uint8 are numbers, not pixels)."""
+    if x.dtype != torch.uint8 or not images:
         return x.float()
     if x.dim() == 3:
         x = x.unsqueeze(1)
@@ -211,14 +254,15 @@ def read_rows(cfg: DictConfig, path: Path) -> torch.Tensor:
         x = _tensor_file(path).get("x")
         if not isinstance(x, torch.Tensor):
             raise DataError(f"{path} lacks the tensor x of inputs")
-        return _inputs(x)
+        return _inputs(x, images=len(cfg.data.input_shape) == 3)  # as the run read its training inputs
     return table_columns(path, list(cfg.data.features))
 
 
 @dataclass
 class Found:
     """What a run learns from its own data, kept in its config (data.input_shape, data.classes,
-    data.features, data.mean, data.std, data.target_stats, data.digest): normalization per channel
+    data.features, data.target, data.mean, data.std, data.target_stats, data.digest): a table's
+    target column (the one read where data.target was not given); normalization per channel
     of images, per feature of rows, and a regression's target mean and sd, from the training split;
     the digest of every example, so that data changed since (the held-out splits would move with
     it) is refused."""
@@ -229,6 +273,7 @@ class Found:
     features: Optional[list[str]] = None  # a table's feature columns
     digest: Optional[str] = None
     target_stats: Optional[list[float]] = None  # a regression's
+    target: Optional[str] = None  # a table's target column
 
     @classmethod
     def of(cls, x: torch.Tensor, y: torch.Tensor, train: Examples, test: Examples) -> "Found":
@@ -247,7 +292,7 @@ class Found:
             sd = float(y.double().std()) if len(y) > 1 else 0.0
             targets = [float(y.double().mean()), sd if sd > 0 else 1.0]
         return cls(list(x.shape[1:]), train.classes, mean.tolist(), std.tolist(), train.features,
-                   _digest(train, test), targets)
+                   _digest(train, test), targets, train.target)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """Inputs as the network sees them; a DataError where their shape is not the run's."""

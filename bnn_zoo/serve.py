@@ -30,7 +30,7 @@ from .serve_answers import Answerer, BadRequest
 from .trained import shadowed
 
 PAGE = Path(__file__).with_name("serve_page.html")
-MAX_UPLOAD = 10 * 1024 * 1024  # bytes; a larger upload is refused before it is read whole
+MAX_UPLOAD = 10 * 1024 * 1024  # bytes; a larger upload is refused (413), its rest read and dropped
 BODY_TIMEOUT = 10  # seconds to send an upload whole; a slower one gets 408
 log = logging.getLogger("bnn_zoo.serve")
 
@@ -106,7 +106,7 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
         knobs = {"threshold": _number(request, "threshold"), "quantile": _number(request, "quantile"),
                  "samples": _number(request, "samples", int)}
         example = request.query_params.get("example")
-        body = None if example else await _body(request, max_upload)
+        body = None if example else await request.body()  # whole and within max_upload: the middleware read it
 
         def work():  # decoding an upload takes a while too: in the thread pool, beside the answer
             as_mnist = found_of(answerer.model(name).trained.config) is None  # else read as its own images were
@@ -115,9 +115,7 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
         return JSONResponse(await _in_thread(work))
 
     async def refused(request: Request, err: UserError):
-        status = getattr(err, "status", 400)
-        close = {"Connection": "close"} if status in (408, 413) else None  # the upload's rest is not read
-        return JSONResponse({"error": str(err)}, status_code=status, headers=close)
+        return JSONResponse({"error": str(err)}, status_code=getattr(err, "status", 400))
 
     async def failed(request: Request, err: Exception):
         log.exception("answering %s failed", request.url.path)
@@ -127,7 +125,7 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
     return Starlette(routes=[Route("/", page), Route("/api/models", models),
                              Route("/api/example/{name}.png", example),
                              Route("/api/answer", answer, methods=["POST"])],
-                     middleware=middleware(LOOPBACK if hosts is None else hosts, body_timeout),
+                     middleware=middleware(LOOPBACK if hosts is None else hosts, body_timeout, max_upload),
                      exception_handlers={UserError: refused, Exception: failed})
 
 
@@ -135,23 +133,6 @@ async def _in_thread(work):
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(work)
-
-
-async def _body(request, limit: int) -> bytes:
-    """The request's body, refused (413) as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(_too_large(int(declared), limit), 413)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BadRequest(_too_large(len(body), limit), 413)
-    return bytes(body)
-
-
-def _too_large(size: int, limit: int) -> str:
-    return f"the upload is over {limit / 2 ** 20:g} MB ({size:,} bytes or more); send a smaller image"
 
 
 def main(argv: list[str] | None = None) -> int:

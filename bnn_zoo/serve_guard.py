@@ -12,12 +12,14 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .errors import UserError
-
 LOOPBACK = ["127.0.0.1", "localhost", "[::1]"]
 WILDCARD = ("", "0.0.0.0", "::")
 HEAD_TIMEOUT = 5  # seconds to send a request line and headers, and to keep an idle connection
 MAX_CONNECTIONS = 32  # open at once; a request past them gets 503
+# A refused upload is read, and dropped, up to this many times the upload limit before it is answered:
+# most clients send a body whole before they read the answer, and a socket closed with bytes unread
+# makes the kernel reset the connection, so the client saw "connection reset", not the 413.
+DISCARD = 10
 
 
 def allowed_hosts(host: str) -> list[str]:
@@ -30,12 +32,13 @@ def allowed_hosts(host: str) -> list[str]:
     return [f"[{host}]" if ":" in host else host]
 
 
-def middleware(hosts: list[str], body_timeout: float) -> list[Middleware]:
+def middleware(hosts: list[str], body_timeout: float, max_body: int) -> list[Middleware]:
     """Refuse (400) a Host not in ``hosts`` (Starlette checks the name; a browser writes the port of
-    the address it reached, so ports are not checked), then requests from other sites (403), and give
-    each request's body ``body_timeout`` seconds to arrive."""
+    the address it reached, so ports are not checked), then requests from other sites (403), then a
+    request whose body has not arrived whole within ``body_timeout`` seconds (408) or is over
+    ``max_body`` bytes (413)."""
     return [Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False), Middleware(SameOrigin),
-            Middleware(BodyDeadline, timeout=body_timeout)]
+            Middleware(WholeBody, timeout=body_timeout, limit=max_body)]
 
 
 class SameOrigin:
@@ -59,32 +62,57 @@ class SameOrigin:
         await self.app(scope, receive, send)
 
 
-class Stalled(UserError):
-    """A request's body did not arrive in time."""
+class WholeBody:
+    """Reads each request's body before the app runs and hands it on whole: it must arrive within
+    ``timeout`` seconds of the head (else 408) and hold at most ``limit`` bytes (else 413, once its
+    rest is read and dropped: up to DISCARD times the limit, within the timeout). Both answers close
+    the connection. Checked only where a handler read its body, a stalled upload held its connection
+    for as long as a handler that never reads one (an example's answer, a 404) worked."""
 
-    status = 408
-
-
-class BodyDeadline:
-    """Gives a request's body ``timeout`` seconds from its head to arrive: a read past them raises
-    Stalled, which the app answers (408)."""
-
-    def __init__(self, app, timeout: float):
-        self.app, self.timeout = app, timeout
+    def __init__(self, app, timeout: float, limit: int):
+        self.app, self.timeout, self.limit = app, timeout, limit
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
+        headers = Headers(scope=scope)
+        declared = int(headers["content-length"]) if headers.get("content-length", "").isdigit() else 0  # 0: chunked
+        # Answered at once: a client that waits for "100 Continue" before it sends, and one whose body
+        # is too large to read only to drop (that one is likely to see a reset connection).
+        hopeless = declared > self.limit and ("100-continue" in headers.get("expect", "").lower()
+                                              or declared > self.limit * DISCARD)
+        body, received, more = bytearray(), 0, not hopeless
+        try:
+            while more and received <= self.limit * DISCARD:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0))
+                if message["type"] == "http.disconnect":
+                    return  # no one is left to answer
+                received += len(message.get("body", b""))
+                if received <= self.limit:  # past the limit the rest is dropped, never kept
+                    body += message.get("body", b"")
+                more = message.get("more_body", False)
+        except asyncio.TimeoutError:
+            if max(declared, received) <= self.limit:
+                return await _refuse(408, f"the upload did not arrive within {self.timeout:g} s; send it again",
+                                     scope, receive, send)
+        if max(declared, received) > self.limit:
+            return await _refuse(413, f"the upload is over {self.limit / 2 ** 20:g} MB ({max(declared, received):,} "
+                                      "bytes or more); send a smaller image", scope, receive, send)
+        whole = {"type": "http.request", "body": bytes(body), "more_body": False}
 
-        async def bounded():
-            try:
-                return await asyncio.wait_for(receive(), max(deadline - loop.time(), 0))
-            except asyncio.TimeoutError:
-                raise Stalled(f"the upload did not arrive within {self.timeout:g} s; send it again") from None
+        async def replay():  # the body once, then what the server says next (the client left)
+            nonlocal whole
+            message, whole = whole, None
+            return message or await receive()
 
-        await self.app(scope, bounded, send)
+        await self.app(scope, replay, send)
+
+
+async def _refuse(status: int, message: str, scope, receive, send) -> None:
+    """Answer ``status`` with ``message`` and close the connection: the body was not read whole."""
+    await JSONResponse({"error": message}, status, headers={"Connection": "close"})(scope, receive, send)
 
 
 class GuardedH11(H11Protocol):

@@ -26,7 +26,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from bnn_zoo.trained import load  # noqa: E402
 from bnn_zoo.images import load_image  # noqa: E402
 from bnn_zoo.predict import main as predict_main  # noqa: E402
-from bnn_zoo.serve import EXAMPLES, Answerer, create_app, example_pixels, main  # noqa: E402
+from bnn_zoo.serve import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels, main  # noqa: E402
 from bnn_zoo.serve_guard import allowed_hosts, server  # noqa: E402
 
 
@@ -318,6 +318,52 @@ def test_slow_clients_are_cut_off_and_connections_are_bounded(answerer):
         assert httpx.get(url, timeout=5).status_code == 200  # room again
         for sock in stalled:
             sock.close()
+
+
+def test_a_too_large_upload_is_answered_not_reset(answerer):
+    """Clients send a body whole before they read the answer: the server reads and drops the rest,
+    else the kernel resets the connection it closes with bytes unread, and the 413 is lost."""
+    import http.client
+
+    big = b"x" * (MAX_UPLOAD + 2 ** 20)  # 11 MB
+    refusal = {"error": f"the upload is over 10 MB ({len(big):,} bytes or more); send a smaller image"}
+    with running(create_app(answerer)) as (_, port):
+        for body in (big, (big[i:i + 2 ** 16] for i in range(0, len(big), 2 ** 16))):  # declared; chunked
+            client = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            client.request("POST", "/api/answer", body=body)
+            reply = client.getresponse()
+            assert (reply.status, json.loads(reply.read())) == (413, refusal)
+            client.close()
+        waiting = socket.create_connection(("127.0.0.1", port), timeout=60)  # sends only after "100 Continue"
+        waiting.sendall(f"POST /api/answer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {len(big)}\r\n"
+                        "Expect: 100-continue\r\n\r\n".encode())
+        answered = read_to_end(waiting)
+        assert answered.startswith(b"HTTP/1.1 413") and json.loads(answered.split(b"\r\n\r\n", 1)[1]) == refusal
+        waiting.close()
+
+
+def test_a_stalled_body_is_cut_off_where_no_handler_reads_it(answerer, monkeypatch):
+    """An example's answer, a 404 and a 405 never read a body: a request that declared one and sent
+    half of it still gets 408 when the body timeout passes, not a connection held while they work."""
+    release = threading.Event()
+    monkeypatch.setattr(answerer, "answer", lambda *args, **knobs: release.wait(30))  # answers queued behind others
+    with running(create_app(answerer, body_timeout=1), head_timeout=30) as (_, port):
+        stalled = []
+        try:
+            for path in ["/api/answer?example=digit"] * 3 + ["/", "/nowhere"]:
+                stalled.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+                stalled[-1].sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 1000\r\n\r\n"
+                                    .encode() + b"x" * 500)
+            for sock in stalled:  # each closed by the server, well within the socket's 10 s
+                answered = read_to_end(sock)
+                assert answered.startswith(b"HTTP/1.1 408") and b"connection: close" in answered.lower()
+                assert json.loads(answered.split(b"\r\n\r\n", 1)[1]) == \
+                    {"error": "the upload did not arrive within 1 s; send it again"}
+        finally:
+            release.set()
+            for sock in stalled:
+                sock.close()
+
 
 # -- the page in a browser ---------------------------------------------------------------------
 
