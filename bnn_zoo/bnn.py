@@ -54,6 +54,10 @@ class BayesianNet(PyroModule):
     Usage: ``model = BayesianNet(MLP(1, [50], 1), Gaussian(num_data=6), GaussianPrior(1.0))``
     """
 
+    # The shape of one input the network takes (x.shape[1:]): its recipe's (``bnn_zoo.build``), or
+    # that of the inputs the model last ran on (its guide's first trace, training); None until then.
+    input_shape: Optional[tuple[int, ...]] = None
+
     def __init__(self, net: nn.Module, likelihood: Likelihood, prior: Optional[nn.Module] = None,
                  point_estimates: tuple[type[nn.Module], ...] = NORMALIZATION):
         super().__init__()
@@ -67,12 +71,14 @@ class BayesianNet(PyroModule):
         # The plain network's own initialization is where the posterior means start.
         self.init_values = {f"net.{n}": p.detach().clone() for n, p in net.named_parameters()}
         to_pyro_module_(net)
-        for module in net.modules():
+        self.sampled = {}  # {parameter name: shape} of the weights that are sample sites (net.<name>)
+        for prefix, module in net.named_modules():
             if isinstance(module, point_estimates):
                 continue
             for name, param in list(module.named_parameters(recurse=False)):
                 delattr(module, name)
                 setattr(module, name, PyroSample(WeightPrior(self.prior, param.shape)))
+                self.sampled[f"{prefix}.{name}" if prefix else name] = param.shape
         self.net = net
 
     @property
@@ -99,7 +105,10 @@ class BayesianNet(PyroModule):
         if batch and batch[-1] == 1:  # drawn under plates: the last batch dim is the data plate's
             weights = {n: w.expand(*batch, *self.weight_shapes[n]).reshape(*batch[:-1], *self.weight_shapes[n])
                        for n, w in weights.items()}
-        return self.likelihood(self.forward_with(weights, x), y)
+        out = self.forward_with(weights, x)
+        if x.shape[1:] != self.input_shape:
+            self.input_shape = tuple(x.shape[1:])
+        return self.likelihood(out, y)
 
     def batch_shape(self, weights: dict[str, torch.Tensor]) -> torch.Size:
         """The common leading shape of a set of weights (empty for a single draw)."""

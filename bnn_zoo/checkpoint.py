@@ -14,7 +14,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from .errors import CheckpointError
+from .config import Config
+from .config_checks import check_layout
+from .errors import CheckpointError, ConfigError
 from .files import write_atomic
 from .trust_list import check_trusted
 
@@ -196,6 +198,10 @@ def stored_config(state: dict, source: str | Path = "a checkpoint") -> dict:
     """The config a checkpoint (read from ``source``) stores, without the keys this bnn-zoo retired
     (``make_config`` reads it); one naming a network by name this user does not trust is refused
     (``bnn_zoo.trust_list``: building it would run code)."""
+    try:  # before anything reads it: a key of another kind would fail where it is read
+        check_layout(state["config"], Config)
+    except ConfigError as err:
+        raise CheckpointError(f"{source} holds a config this bnn-zoo cannot use ({err}); train the run again") from None
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in state["config"].items()}
     check_trusted(config, source)
     for section, keys in RETIRED_KEYS.items():

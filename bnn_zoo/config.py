@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config_checks import HIDDEN, check, recipe, short_quotes, show
+from .config_checks import check, check_layout, recipe, short_quotes, show
 from .errors import ConfigError
 from .zoo import CLASSIFIER_DATA
 
@@ -203,25 +203,26 @@ def config_names() -> list[str]:
     return sorted({p.stem for d in config_dirs() for p in d.glob("*.yaml")})
 
 
-def make_config(base: Any = None, overrides: list[str] | dict | None = None) -> DictConfig:
+def make_config(base: Any = None, overrides: list[str] | dict | None = None,
+                source: Optional[str] = None) -> DictConfig:
     """Merge ``base`` (a dict or DictConfig) and overrides onto the typed defaults, interpolations
     resolved.
 
-    Unknown keys and values of the wrong type raise ConfigError naming the key.
+    Unknown keys and values of the wrong type raise ConfigError naming the key, and for ``base``'s
+    the ``source`` it came from (a file) where given.
     """
     cfg = OmegaConf.structured(Config)
-    if base is not None and not isinstance(base, (dict, DictConfig)):
-        raise ConfigError(f"a config is a mapping of sections (arch: lenet, train: {{epochs: 3}}, ...), "
-                          f"not a {type(base).__name__}")
+    layers = [base, overrides] if isinstance(overrides, dict) else [base, *map(_parse, overrides or ())]
+    origin = source  # where the layer being merged came from
     try:
-        layers = [base, overrides] if isinstance(overrides, dict) else [base, *map(_parse, overrides or ())]
         for layer in layers:
             if layer is not None:
-                _check_sections(layer)
+                check_layout(layer, Config, origin)
                 cfg = OmegaConf.merge(cfg, layer)
+            origin = None
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as err:
-        raise _explained(err) from None
+        raise _explained(err, origin) from None
     check(cfg)
     return cfg
 
@@ -231,12 +232,14 @@ _KINDS = {"to Integer": "a whole number", "to Float": "a number", "valid bool": 
           "to string": "a string"}
 
 
-def _explained(err: OmegaConfBaseException) -> ConfigError:
-    """OmegaConf's error as one line naming the key, the values it quotes shortened."""
+def _explained(err: OmegaConfBaseException, source: Optional[str] = None) -> ConfigError:
+    """OmegaConf's error as one line naming the key (and the file it came from), the values it
+    quotes shortened."""
     reason = str(getattr(err, "msg", err)).split("\n")[0]
     kind = next((kind for words, kind in _KINDS.items() if words in reason), None)
     reason = f"must be {kind}, not {show(err.value)}" if kind else short_quotes(reason)
-    return ConfigError(f"bad config key {show(getattr(err, 'full_key', None))}: {reason}")
+    where = f" in {source}" if source else ""
+    return ConfigError(f"bad config key {show(getattr(err, 'full_key', None))}{where}: {reason}")
 
 
 def _parse(override: str) -> DictConfig:
@@ -253,23 +256,6 @@ def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
 
 
-def _check_sections(base) -> None:
-    """Each section (model, data, train, mcmc, abstention) must be a mapping of its keys, model.hidden a list."""
-    for section in ("model", "data", "train", "mcmc", "abstention"):
-        value = base.get(section)
-        if value is not None and not isinstance(value, (dict, DictConfig)):
-            raise ConfigError(f"bad config section {section!r}: a mapping of its keys (for example "
-                              f"{section}: {{{_example(section)}}}), not {show(value)}")
-    hidden = (base.get("model") or {}).get("hidden")
-    if hidden is not None and not isinstance(hidden, (list, ListConfig)):
-        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {show(hidden)}")
-
-
-def _example(section: str) -> str:
-    return next(f"{k}: {v}" for k, v in OmegaConf.to_container(OmegaConf.structured(Config)[section]).items()
-                if v is not None)
-
-
 def load_config(name: str | None = None, overrides: list[str] | None = None) -> DictConfig:
     """Defaults, then the named or given YAML file, then ``key=value`` overrides."""
     base = None
@@ -282,7 +268,7 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
         if not isinstance(base, DictConfig):
             raise ConfigError(f"config {str(path)!r} holds a {type(base).__name__} at its top level; a config "
                               "is a mapping of sections (arch: lenet, train: {epochs: 3}, ...)")
-    return make_config(base, overrides)
+    return make_config(base, overrides, None if name is None else str(path))
 
 
 def resolved(cfg: DictConfig) -> DictConfig:

@@ -9,6 +9,10 @@ is scaled by num_data over its share (the data plate), so the average of the ran
 the single-process gradient of the global minibatch under their draws. Only rank 0 writes the run
 directory, validates and tests.
 
+The ranks meet at rank 0's MASTER_ADDR:MASTER_PORT within ``BNN_ZOO_RENDEZVOUS_SECONDS`` (default
+120): a rank that finds not every other there by then (one was never launched) stops with a line
+that says so. Once met, a rank waits on the others up to 30 minutes (``TIMEOUT``).
+
 Usage::
 
     torchrun --nproc_per_node 2 -m bnn_zoo.train mnist_mlp run_dir=runs/ddp      # two GPUs, or two cores
@@ -17,7 +21,10 @@ Usage::
 from __future__ import annotations
 
 import gc
+import math
 import os
+import socket
+import time
 import traceback
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -42,6 +49,8 @@ if dist.is_available():
 # and writes while the others wait, so this is gloo's own default, not less.
 T = TypeVar("T")
 TIMEOUT = timedelta(minutes=30)
+# How long the ranks may take to meet at start-up (they are launched together): after it, a missing rank is named.
+RENDEZVOUS, RENDEZVOUS_SECONDS = "BNN_ZOO_RENDEZVOUS_SECONDS", 120.0
 
 
 def _stream(*numbers: int) -> int:
@@ -98,7 +107,8 @@ class World:
             return
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT,
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=self._meet(), rank=self.rank,
+                                world_size=self.size, timeout=TIMEOUT,
                                 device_id=device if device.type == "cuda" else None)
         try:
             yield
@@ -108,6 +118,29 @@ class World:
         finally:
             gc.collect()  # a DDP sits in a reference cycle: gone only now, it lets go of the group
             dist.destroy_process_group()  # joins gloo's threads: none is left to touch Python as it exits
+
+    def _meet(self) -> dist.Store:
+        """The store the ranks share (rank 0 serves it at MASTER_ADDR:MASTER_PORT, or torchrun's agent),
+        once every rank is there; a ConfigError where they are not within BNN_ZOO_RENDEZVOUS_SECONDS."""
+        seconds = _rendezvous_seconds()
+        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        deadline = time.monotonic() + seconds
+        try:
+            if self.rank and host and port and port.isdigit():  # torch's client would log each try to reach rank 0
+                _reach(host, int(port), deadline)
+            left = timedelta(seconds=max(deadline - time.monotonic(), 1.0))
+            store, _, _ = next(dist.rendezvous("env://", self.rank, self.size, timeout=left))
+        except (dist.DistError, TimeoutError) as err:
+            said = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            if isinstance(err, dist.DistNetworkError) and not self.rank:
+                raise ConfigError(f"rank 0 cannot serve the ranks at {host}:{port} ({said}): set MASTER_PORT to a "
+                                  "free port") from None
+            raise ConfigError(f"WORLD_SIZE={self.size} expects {self.size} ranks at {host}:{port}; rank {self.rank} "
+                              f"waited {seconds:g} s ({RENDEZVOUS}) and not all came ({said}): launch every rank, e.g. "
+                              f"torchrun --nproc_per_node {self.size} -m bnn_zoo.train ..., or unset WORLD_SIZE to "
+                              "train in one process") from None
+        store.set_timeout(TIMEOUT)  # met: from here a rank waits on the others as long as on a collective
+        return dist.PrefixStore("default_pg", store)  # as init_process_group keeps its keys apart from others'
 
     def first(self, load: Callable[[], T]) -> T:
         """``load()`` on each machine's first rank (LOCAL_RANK 0: a download, say), then on its others:
@@ -181,6 +214,31 @@ class World:
             dist.all_reduce(value)
             value /= self.size
         return value
+
+
+def _rendezvous_seconds() -> float:
+    """How long the ranks may take to meet: BNN_ZOO_RENDEZVOUS_SECONDS, or its default."""
+    text = os.environ.get(RENDEZVOUS, str(RENDEZVOUS_SECONDS))
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"{RENDEZVOUS} must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _reach(host: str, port: int, deadline: float) -> None:
+    """Wait until something takes connections at host:port (rank 0's store), or until ``deadline``
+    (time.monotonic()): a TimeoutError."""
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError as err:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"nothing answered at {host}:{port} ({err.strerror or err})") from None
+            time.sleep(0.25)
 
 
 def _let_go(err: BaseException) -> None:

@@ -44,12 +44,13 @@ class Posterior(ABC):
 
     label: str
     stochastic: bool = True  # False: one prediction per input (a point estimate)
+    networks: tuple = ()  # the models and twins it runs, which must take x's shape (``check_inputs``)
 
     def predict(self, x: torch.Tensor, num_samples: int = 100, chunk_size: int = 10,
                 batch_size: int = 500) -> torch.Tensor:
         """Sampled predictions [S, N, ...] on ``x``: S = num_samples, or 1 for a point estimate,
         filled chunk by chunk by ``bnn_zoo.sampling.fill_predictions``."""
-        check_inputs(x)
+        check_inputs(x, *self.networks)
         rows = self.rows(num_samples)
         positive_sizes(rows, chunk_size, batch_size)
         return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)
@@ -81,7 +82,7 @@ class VariationalPosterior(Posterior):
     """A guide of a Bayesian network (``bnn_zoo.guides``): weights drawn from it."""
 
     def __init__(self, model: BayesianNet, guide: nn.Module):
-        self.model, self.guide = model, guide
+        self.model, self.guide, self.networks = model, guide, (model,)
         self.stochastic = not isinstance(guide, AutoDelta)
         self.label = ("MAP (delta guide)" if not self.stochastic else
                       f"low-rank VI (rank {guide.rank})" if isinstance(guide, AutoLowRankMultivariateNormal) else
@@ -106,7 +107,7 @@ class SampledPosterior(Posterior):
     """Weight samples {site: [S, *shape]} (NUTS): ``num_samples`` evenly spaced ones, None for all."""
 
     def __init__(self, model: BayesianNet, samples: dict[str, torch.Tensor]):
-        self.model, self.samples = model, samples
+        self.model, self.samples, self.networks = model, samples, (model,)
         self.total = len(next(iter(samples.values())))
         self.label = f"HMC (NUTS, {self.total} samples)"
 
@@ -127,7 +128,7 @@ class PointPosterior(Posterior):
     stochastic = False
 
     def __init__(self, twin: Twin, label: str = "MAP (the twin)"):
-        self.twin, self.label = twin, label
+        self.twin, self.label, self.networks = twin, label, (twin,)
 
     def chunks(self, x, num_samples, chunk_size):
         with evaluating(self.twin):
@@ -188,6 +189,7 @@ class Mixture(Posterior):
         if len(members) < 2:
             raise ValueError("a mixture needs at least two members")
         self.members, self.label = members, label
+        self.networks = tuple(network for member in members for network in member.networks)
 
     def _shares(self, num_samples: int) -> list[int]:
         k = len(self.members)

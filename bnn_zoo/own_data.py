@@ -114,7 +114,7 @@ def _check_classes(cfg: DictConfig, path: Path, found: Examples) -> None:
     """A classifier's training classes: two or more; of rows, at most MAX_CLASSES and not a
     regression's target (many distinct values, or fractional ones)."""
     if len(found.classes) < 2:
-        raise DataError(f"{path} holds one class ({found.classes[0]}): a classifier needs examples of two or more")
+        raise DataError(f"{path} holds one class ({found.classes[0]!r}): a classifier needs examples of two or more")
     distinct, rows = len(torch.unique(found.y)), len(found.y)
     fractional = all(map(is_number, found.classes)) and any(not float(c).is_integer() for c in found.classes)
     many, spread = distinct > MANY_CLASSES, distinct > DISTINCT_SHARE * rows
@@ -279,10 +279,9 @@ class Found:
     def of(cls, x: torch.Tensor, y: torch.Tensor, train: Examples, test: Examples) -> "Found":
         """From ``x`` and ``y``, the training split's inputs and labels or targets, and the examples
         its train and test parts hold."""
-        names = [*(train.classes or []), *(train.features or [])]
-        odd = next((n for n in names if "${" in n or "\n" in n), None)
-        if odd is not None:
-            raise DataError(f"the class or column name {odd!r} holds '${{' or a line break: rename it")
+        problem = next(filter(None, map(name_problem, [*(train.classes or []), *(train.features or [])])), None)
+        if problem is not None:
+            raise DataError(problem)
         over = [0, 2, 3] if x.dim() == 4 else [0]
         flat = x.flatten(2) if x.dim() == 4 else x.flatten(1)
         mean, std = x.mean(over).flatten(), x.std(over).flatten() if len(x) > 1 else torch.ones(flat.shape[1])
@@ -301,6 +300,18 @@ class Found:
                             + (" (data.image_size=N resizes images)" if len(self.input_shape) == 3 else ""))
         shape = (1, -1, 1, 1) if x.dim() == 4 else (1, *self.input_shape)
         return (x - torch.tensor(self.mean).reshape(shape)) / torch.tensor(self.std).reshape(shape)
+
+
+def name_problem(name: str) -> Optional[str]:
+    """Why a class or column name cannot be used, None where it can: it must hold no '${' (the
+    config would read it as an interpolation) and only printable characters (a line break, a
+    carriage return or an escape sequence would rewrite the terminal that prints it)."""
+    if "${" in name:
+        return f"the class or column name {name!r} holds '${{': rename it"
+    odd = next((c for c in name if not c.isprintable()), None)
+    if odd is not None:
+        return f"the class or column name {name!r} holds {odd!r}, a character that is not printable: rename it"
+    return None
 
 
 def _digest(*parts: Examples) -> str:

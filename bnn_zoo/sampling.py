@@ -8,6 +8,7 @@ Usage::
 """
 from __future__ import annotations
 
+import math
 from contextlib import closing, contextmanager
 from typing import Callable, Generator, Iterator, Optional, Union
 
@@ -15,10 +16,12 @@ import pyro
 import pyro.poutine as poutine
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from .bnn import BayesianNet
 from .capture import PREDICTIONS_TO_COMPILE, predictive
 from .data import MNIST_MEAN, MNIST_STD
+from .twin import Twin
 
 WeightSource = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
 # (n, predict_batch): n samples' weights, and what they predict on a batch xb, [n, len(xb), ...]
@@ -26,6 +29,7 @@ Chunk = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
 # Normalized images lie in NORMALIZED_RANGE; inputs beyond IMAGE_LIMIT were not normalized (0..255).
 NORMALIZED_RANGE = ((0 - MNIST_MEAN) / MNIST_STD, (1 - MNIST_MEAN) / MNIST_STD)
 IMAGE_LIMIT = 10.0
+GUIDE_FIX = "the guide built with this model, not another network's (bnn_zoo.build and bayesian return the pair)"
 
 
 def own_parameters(module: torch.nn.Module):
@@ -44,33 +48,114 @@ def _in_own_parameters(model: torch.nn.Module, forward, weights: dict, xb: torch
 
 
 def draw_weights(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_samples: int,
-                 index: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+                 index: Optional[torch.Tensor] = None, check: bool = False) -> dict[str, torch.Tensor]:
     """``num_samples`` weight sets, {parameter name: [num_samples, *shape]}: from a guide in one
-    vectorized trace, or the samples at ``index`` of a dict of samples."""
+    vectorized trace, or the samples at ``index`` of a dict of samples. ``check``: first a
+    ValueError where the guide's sites are not the model's weights (``check_sites``)."""
     if isinstance(posterior, dict):
         return {name: posterior[f"net.{name}"][index] for name in model.weight_shapes
                 if f"net.{name}" in posterior}
-    with own_parameters(posterior), pyro.plate("_posterior_samples", num_samples, dim=-2):
-        trace = poutine.trace(posterior).get_trace(x[:1])
+    try:
+        with own_parameters(posterior), pyro.plate("_posterior_samples", num_samples, dim=-2):
+            trace = poutine.trace(posterior).get_trace(x[:1])
+    except RuntimeError as err:  # a guide not yet run runs its own model: another network's refuses x
+        if not check:
+            raise
+        raise ValueError(f"the guide cannot draw weights for inputs of shape {list(x.shape)} ({_first_line(err)}): "
+                         f"pass {GUIDE_FIX}") from None
+    drawn = {name: site["value"] for name, site in trace.nodes.items() if site["type"] == "sample"}
+    if check:
+        check_sites(model, {site: _one_draw(value, num_samples, model.weight_shapes.get(site[len("net."):]))
+                            for site, value in drawn.items()}, "the guide", GUIDE_FIX)
     weights = {}
     for name, shape in model.weight_shapes.items():
-        site = trace.nodes.get(f"net.{name}")
-        if site is None or site["type"] != "sample":
+        value = drawn.get(f"net.{name}")
+        if value is None:
             continue  # a point estimate: the model's own parameter
-        value = site["value"]
         weights[name] = value.expand(num_samples, *shape) if value.shape == shape else \
             value.reshape(num_samples, *shape)
     return weights
 
 
-def check_inputs(x: torch.Tensor) -> None:
-    """Refuse what is not a tensor of inputs: an empty one, NaN or inf values, and images that were
-    not normalized (values far beyond -0.42..2.82)."""
+def _one_draw(value: torch.Tensor, num_samples: int, shape: Optional[torch.Size]) -> torch.Size:
+    """The shape of one of a guide's ``num_samples`` draws of a site: [num_samples, 1, *shape] under
+    the samples' plate, [*shape] from a guide that ignores it (``shape``: the model's weight's)."""
+    plated = value.shape[:2] == (num_samples, 1) and value.shape != shape
+    return value.shape[2:] if plated else value.shape
+
+
+def check_sites(model: BayesianNet, shapes: dict[str, torch.Size], source: str, fix: str) -> None:
+    """ValueError unless ``shapes`` ({site: the shape of one draw}, of ``source``: a guide, weight
+    samples) holds each of the model's sampled weights (``net.<name>``) in its shape; ``fix`` says
+    what to pass instead. Other sites (AutoNormal's auxiliary ones, say) are named, not refused."""
+    missing = [f"no site net.{name} {list(shape)}" for name, shape in model.sampled.items()
+               if f"net.{name}" not in shapes]
+    wrong = [f"site net.{name} is {list(shapes[f'net.{name}'])} where the model's weight is {list(shape)}"
+             for name, shape in model.sampled.items() if shapes.get(f"net.{name}", shape) != shape]
+    extra = [f"site {site} {list(shape)} is no weight of the model's" for site, shape in shapes.items()
+             if site.startswith("net.") and site[len("net."):] not in model.weight_shapes]
+    if missing or wrong:
+        said = "; ".join(found[0] for found in (missing, wrong, extra) if found)
+        raise ValueError(f"{source} and the model do not match ({said}): pass {fix}")
+
+
+def _dims(shape) -> str:
+    return ", ".join(map(str, shape))
+
+
+def check_shape(network: Union[BayesianNet, Twin], x: torch.Tensor) -> None:
+    """ValueError unless ``network`` (a model, a twin) takes inputs shaped as ``x``'s: free where
+    the shape is the one it knows it takes (``input_shape``), else one input passed through its
+    network on the meta device, where nothing is computed."""
+    known = network.input_shape
+    if x.shape[1:] == known:
+        return
+    why = _refusal(network.skeleton if isinstance(network, BayesianNet) else network.net, x)
+    if why is None:
+        return
+    what, got = ("the twin" if isinstance(network, Twin) else "the model"), list(x.shape)
+    if known is None:
+        raise ValueError(f"{what} cannot take x of shape {got} ({why}): give it inputs [N, ...] of the shape "
+                         "its network was built for")
+    if tuple(x.shape) == tuple(known):
+        fix = "one input without its batch dimension: pass x[None]"
+    elif math.prod(x.shape[1:]) == math.prod(known):
+        fix = f"reshape it: x.reshape(-1, {_dims(known)})"
+    else:
+        fix = "give it inputs of that shape"
+    raise ValueError(f"{what} takes inputs [N, {_dims(known)}]; x has shape {got}, {fix}")
+
+
+def _refusal(net: nn.Module, x: torch.Tensor) -> Optional[str]:
+    """Why ``net`` refuses one input shaped as ``x``'s (its error's first line), None where it takes
+    it or where the meta device cannot tell: an operation without a meta kernel, a tensor made
+    on a device of its own."""
+    meta = {name: t.to("meta") for name, t in (*net.named_parameters(), *net.named_buffers())}
+    try:
+        with torch.no_grad(), evaluating(net):  # eval: a batch of one is no BatchNorm statistics
+            functional_call(net, meta, (x[:1].to("meta"),))
+    except NotImplementedError:
+        return None
+    except Exception as err:  # noqa: BLE001 - whatever the network raised, said in one line
+        return None if "meta" in str(err) else _first_line(err)
+    return None
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+
+
+def check_inputs(x: torch.Tensor, *networks: Union[BayesianNet, Twin]) -> None:
+    """Refuse what is not a tensor of inputs: an empty one, one of a shape a network (of
+    ``networks``: a model, a twin) does not take (``check_shape``), NaN or inf values, and images
+    that were not normalized (values far beyond -0.42..2.82)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor of inputs [N, ...], got a {type(x).__name__}; "
                         "pass torch.as_tensor(x, dtype=torch.float32)")
     if not x.dim() or not len(x):
         raise ValueError(f"x holds no inputs: expected [N, ...] with N >= 1, got shape {tuple(x.shape)}")
+    for network in networks:
+        check_shape(network, x)
     if x.is_floating_point() and not x.isfinite().all():
         raise ValueError(f"x holds {int((~x.isfinite()).sum())} non-finite values (NaN or inf): drop or "
                          "repair the inputs that hold them")
@@ -182,9 +267,13 @@ def network_chunks(model: BayesianNet, posterior: WeightSource, x: torch.Tensor,
     index = None
     if isinstance(posterior, dict):
         index = torch.linspace(0, sample_count(posterior) - 1, num_samples).round().long()
+        check_sites(model, {site: value.shape[1:] for site, value in posterior.items()}, "the weight samples",
+                    "samples drawn for this model, not another network's (bnn_zoo.mcmc.nuts_posterior)")
     with evaluating(model):
         for start, n in sample_chunks(num_samples, chunk_size):
-            weights = draw_weights(model, posterior, x, n, None if index is None else index[start:start + n])
+            # a guide's sites are checked once, in its first chunk's trace: no trace of its own
+            weights = draw_weights(model, posterior, x, n, None if index is None else index[start:start + n],
+                                   check=not start)
             for name, mask in (keep or {}).items():
                 weights[name] = weights[name] * mask
             yield n, lambda xb: _in_own_parameters(model, forward, weights, xb)
@@ -205,9 +294,10 @@ def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_sa
     is False (pruning). The model runs in eval mode. ``compiled``: the network's pass compiled by
     ``torch.compile`` (the same draws; float rounding apart); None: from 10^6 predictions
     (samples x inputs) on, where it pays. Runs in the caller's Pyro settings and parameter store;
-    the result is on x's device.
+    the result is on x's device. A ValueError says what the model takes where ``x`` is not of that
+    shape, and where ``posterior`` was built for another network.
     """
-    check_inputs(x)
+    check_inputs(x, model)
     if isinstance(posterior, dict):
         total = sample_count(posterior)
         num_samples = total if num_samples is None else num_samples

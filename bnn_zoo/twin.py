@@ -5,6 +5,8 @@ Usage: ``twin = Twin(LeNet5(), Categorical()); twin.loss(x, y).backward(); probs
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -14,6 +16,8 @@ from .likelihoods import Likelihood
 class Twin(nn.Module):
     """``twin(x)`` is the predictive in ``bnn_zoo.predict``'s per-sample format (class
     probabilities, or a regression's (mean, noise sd)); a learned noise scale is the twin's own."""
+
+    input_shape: Optional[tuple[int, ...]] = None  # of one input its network takes (its recipe's), None: unknown
 
     def __init__(self, net: nn.Module, likelihood: Likelihood):
         super().__init__()

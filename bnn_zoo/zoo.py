@@ -144,7 +144,9 @@ def make_twin(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, nois
     ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.ladder.DropoutPosterior`` samples it."""
     spec = architecture(arch)
     likelihood = make_likelihood(spec.likelihood, None, noise, noise_scale, spec.classes, target)
-    return Twin(make_net(arch, hidden, noise, dropout), likelihood)
+    twin = Twin(make_net(arch, hidden, noise, dropout), likelihood)
+    twin.input_shape = tuple(spec.input_shape)
+    return twin
 
 
 def build(arch: Union[str, Recipe], num_data: Optional[int] = None, hidden: Optional[list[int]] = None,
@@ -161,5 +163,7 @@ def build(arch: Union[str, Recipe], num_data: Optional[int] = None, hidden: Opti
     """
     spec = architecture(arch)
     likelihood = make_likelihood(spec.likelihood, num_data, noise, noise_scale, spec.classes, target)
-    return bayesian(make_net(arch, hidden, noise), prior, likelihood, guide=guide,
-                    init_scale=init_scale, rank=rank)
+    model, guide = bayesian(make_net(arch, hidden, noise), prior, likelihood, guide=guide,
+                            init_scale=init_scale, rank=rank)
+    model.input_shape = tuple(spec.input_shape)
+    return model, guide

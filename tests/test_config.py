@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from bnn_zoo.checkpoint import stored_config
 from bnn_zoo.config import Config, config_names, load_config, make_config, resolved
 from bnn_zoo.config_checks import pick_device
-from bnn_zoo.errors import ConfigError
+from bnn_zoo.errors import CheckpointError, ConfigError
 
 
 def test_shipped_configs_load_and_hold_only_differences():
@@ -113,7 +113,7 @@ def test_config_files_and_run_dirs_of_the_wrong_kind_are_named(tmp_path):
     with pytest.raises(ConfigError, match="list.yaml' holds a ListConfig at its top level"):
         load_config(str(tmp_path / "list.yaml"))
     (tmp_path / "five.yaml").write_text("arch: toy_mlp\ntrain: 5\n")
-    with pytest.raises(ConfigError, match="section 'train': a mapping of its keys"):
+    with pytest.raises(ConfigError, match="section 'train' in .*five.yaml: a mapping of its keys"):
         load_config(str(tmp_path / "five.yaml"))
     (tmp_path / "a_file").write_text("")
     with pytest.raises(ConfigError, match="'run_dir': .*a_file is a file"):
@@ -139,6 +139,54 @@ HIDDEN = ("bad config key 'model.hidden': give one or more whole positive widths
 ])
 def test_hidden_widths_must_be_a_list_of_whole_numbers(overrides, base, got):
     assert message(overrides, base) == HIDDEN + got
+
+
+KWARGS = "a mapping of the network's keyword arguments (for example {width: 16})"
+
+
+@pytest.mark.parametrize("base, expected", [
+    ({"model": {"kwargs": 5}}, f"bad config key 'model.kwargs': must be {KWARGS}, not 5"),
+    ({"model": {"kwargs": "ab"}}, f"bad config key 'model.kwargs': must be {KWARGS}, not 'ab'"),
+    ({"model": {"kwargs": [1]}}, f"bad config key 'model.kwargs': must be {KWARGS}, not [1]"),
+    ({"model": {"kwargs": None}}, f"bad config key 'model.kwargs': must be {KWARGS}, not null"),
+    ({"model": [1, 2]}, ("bad config section 'model': a mapping of its keys (for example model: {prior: gaussian}), "
+                         "not [1, 2]")),
+    ({"data": 3}, "bad config section 'data': a mapping of its keys (for example data: {download: True}), not 3"),
+    ({"abstention": None}, ("bad config section 'abstention': a mapping of its keys (for example abstention: "
+                            "{calibrate: True}), not null")),
+    ({"train": {"epochs": [1]}}, "bad config key 'train.epochs': must be a whole number, not [1]"),
+    ({"train": {"epochs": None}}, "bad config key 'train.epochs': must be a whole number, not null"),
+    ({"arch": None}, "bad config key 'arch': must be a string, not null"),
+    ({"data": {"ood": 5}}, ("bad config key 'data.ood': must be a mapping of names to folders of images (for example "
+                            "{letters: DIR}), not 5")),
+    ({"data": {"ood": {"a": [1]}}}, ("bad config key 'data.ood': must be a mapping of names to folders of images "
+                                     "(for example {letters: DIR}), not {'a': [1]}")),
+    ({"data": {"mean": {"a": 1}}}, "bad config key 'data.mean': must be a list of numbers, not {'a': 1}"),
+    ({"data": {"classes": [[1]]}}, "bad config key 'data.classes': must be a list of strings, not [[1]]"),
+    ({"data": {"input_shape": "ab"}}, "bad config key 'data.input_shape': must be a list of whole numbers, not 'ab'"),
+    ([1, 2], "a config is a mapping of sections (arch: lenet, train: {epochs: 3}, ...), not a list"),
+])
+def test_a_key_of_another_kind_is_one_line_saying_what_it_must_be(base, expected):
+    """What a key must hold is checked before anything reads it (a list where a mapping belongs
+    would fail as a TypeError there); the config a file or a checkpoint holds names that file."""
+    assert message(None, base) == expected
+    path = "/runs/x/checkpoint.pt"
+    with pytest.raises(CheckpointError) as err:
+        stored_config({"config": base}, path)
+    assert str(err.value) == f"{path} holds a config this bnn-zoo cannot use ({expected}); train the run again"
+
+
+def test_a_config_file_s_key_of_another_kind_names_the_file(tmp_path):
+    (tmp_path / "mine.yaml").write_text("arch: toy_mlp\nmodel: {kwargs: 5}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "mine.yaml"))
+    assert str(err.value) == f"bad config key 'model.kwargs' in {tmp_path / 'mine.yaml'}: must be {KWARGS}, not 5"
+    (tmp_path / "mine.yaml").write_text("train: {epochs: many}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "mine.yaml"), ["train.lr=0.1"])
+    assert str(err.value) == \
+        f"bad config key 'train.epochs' in {tmp_path / 'mine.yaml'}: must be a whole number, not 'many'"
+    assert message(["train.epochs=many"]) == "bad config key 'train.epochs': must be a whole number, not 'many'"
 
 
 NOT_A_DEVICE = "bad config key 'device': {} is not a device; choose auto, cpu, cuda, cuda:N or mps"

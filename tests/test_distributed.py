@@ -170,6 +170,35 @@ def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_pa
     assert (tmp_path / "config.yaml").read_text() == "arch: toy_mlp\n"
 
 
+def test_a_rank_whose_peers_never_come_stops_in_one_line(tmp_path):
+    """One rank of two started alone (the other never launched) waited 30 minutes in silence; it
+    waits BNN_ZOO_RENDEZVOUS_SECONDS, then says who was missing where and how to launch them all.
+    Rank 0 serves the meeting point; rank 1 finds nobody serving it."""
+    ports = [str(_free_port()) for _ in (0, 1)]
+    command = [sys.executable, "-m", "bnn_zoo.train", "toy_mlp", "train.epochs=1", f"run_dir={tmp_path / 'run'}"]
+    alone = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": port, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                   "BNN_ZOO_RENDEZVOUS_SECONDS": "2"})
+             for rank, port in zip((0, 1), ports)]
+    said = [rank.communicate(timeout=300)[0] for rank in alone]
+    assert [rank.returncode for rank in alone] == [2, 2], said
+    for rank, (port, out) in enumerate(zip(ports, said)):
+        assert out.startswith(f"error: WORLD_SIZE=2 expects 2 ranks at 127.0.0.1:{port}; rank {rank} waited 2 s "
+                              "(BNN_ZOO_RENDEZVOUS_SECONDS) and not all came (") and out.count("\n") == 1, out
+        assert out.endswith("): launch every rank, e.g. torchrun --nproc_per_node 2 -m bnn_zoo.train ..., or unset "
+                            "WORLD_SIZE to train in one process\n"), out
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_rendezvous_bound_must_be_a_positive_number(monkeypatch):
+    for value in ("soon", "0", "-1", "inf"):
+        monkeypatch.setenv("BNN_ZOO_RENDEZVOUS_SECONDS", value)
+        with pytest.raises(ConfigError, match=f"^BNN_ZOO_RENDEZVOUS_SECONDS must be a positive number of seconds, "
+                                              f"got '{value}'$"), World(0, 2).joined(CPU):
+            pass
+
+
 def test_what_several_ranks_cannot_do_is_named():
     with pytest.raises(ConfigError, match="train.members=3 and infer=svi run in one process"):
         World(0, 2).check(members=3, infer="svi")

@@ -123,6 +123,23 @@ def test_sampled_posterior_takes_evenly_spaced_samples():
     assert posterior.label == "HMC (NUTS, 6 samples)"
 
 
+def test_every_rung_says_what_shape_its_networks_take():
+    model, guide = build("lenet", num_data=10)
+    twin, other = twin_of("lenet"), twin_of("lenet", seed=1)
+    with pyro.plate("s", 4, dim=-2):
+        samples = {n: v[:, 0] for n, v in guide(torch.zeros(1, 1, 28, 28)).items()}
+    rungs = {"model": [VariationalPosterior(model, guide), SampledPosterior(model, samples),
+                       Mixture([VariationalPosterior(model, guide), PointPosterior(twin)], "both")],
+             "twin": [PointPosterior(twin), ScaledPosterior(twin, 2.0), DropoutPosterior(twin_of("lenet", 0.5)),
+                      Mixture([PointPosterior(twin), PointPosterior(other)], "deep ensemble")]}
+    for what, posteriors_of in rungs.items():
+        for posterior in posteriors_of:
+            with pytest.raises(ValueError) as err:
+                posterior.predict(torch.zeros(2, 784), 4)
+            assert str(err.value) == (f"the {what} takes inputs [N, 1, 28, 28]; x has shape [2, 784], reshape it: "
+                                      "x.reshape(-1, 1, 28, 28)"), posterior.label
+
+
 def test_cost_sees_the_memory_a_block_allocates():
     with Cost("cpu") as cost:
         block = torch.ones(64, 2 ** 20)  # 256 MB

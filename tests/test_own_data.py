@@ -305,7 +305,7 @@ EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nnewpath 4 4 moveto 24
     ("loop", rf"loop/a/loop is a symbolic link \(to ..\); {LINK}"),
     ("linked_class", rf"linked_class/c is a symbolic link \(to .*linked_class/a\); {LINK}"),
     ("sizes", r"holds images of two sizes \(28x28 0.png, 32x32 big.png\): resize them all with data.image_size=N"),
-    ("one_class", r"holds one class \(a\): a classifier needs examples of two or more"),
+    ("one_class", r"holds one class \('a'\): a classifier needs examples of two or more"),
 ])
 def test_bad_folders_get_one_line_errors(tmp_path, kind, message, monkeypatch):
     import subprocess
@@ -356,7 +356,7 @@ def test_an_image_that_cannot_be_read_is_named_and_the_other_files_answered(fold
 @pytest.mark.parametrize("rows, message", [
     ([[1, 2, "x"], [1, "nan", "y"]], r"line 3, column 'b' holds nan: fill or drop it"),
     ([[1, 2, "x"], [1, "two", "y"]], r"line 3, column 'b': 'two' is not a number"),
-    ([[1, 2, "x"], [3, 4, "x"]], r"holds one class \(x\)"),
+    ([[1, 2, "x"], [3, 4, "x"]], r"holds one class \('x'\)"),
     ([[1, 2, "x"], [3, 4]], r"line 3 holds 2 values under 3 columns"),
 ])
 def test_bad_tables_get_one_line_errors(tmp_path, rows, message):
@@ -364,6 +364,32 @@ def test_bad_tables_get_one_line_errors(tmp_path, rows, message):
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv")}))
     with pytest.raises(DataError, match=message):
         load_splits(cfg)
+
+
+@pytest.mark.parametrize("where, name, problem", [
+    ("folder", "red\x1b[31m", "'\\x1b', a character that is not printable"),
+    ("label", "x\x1b[2J", "'\\x1b', a character that is not printable"),
+    ("label", "x\ry", "'\\r', a character that is not printable"),
+    ("column", "a\tb", "'\\t', a character that is not printable"),
+    ("label", "${oops}", "'${'"),
+])
+def test_a_class_or_column_name_that_would_rewrite_the_terminal_is_refused(tmp_path, where, name, problem):
+    """Names reach the terminal as they are (predict's answers, the logs): one holding a character
+    that is not printable (an escape sequence, a carriage return, a tab) is named and refused."""
+    if where == "folder":
+        root = bad_folder(tmp_path, "named")
+        (root / "b").rename(root / name)
+        cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(root)}))
+    else:
+        quoted = f'"{name}"'  # between quotes, a CSV field may hold a carriage return
+        header, rows = (["a", quoted, "label"], [[1, 2, "x"], [3, 4, "y"]]) if where == "column" else \
+            (["a", "b", "label"], [[1, 2, "x"], [3, 4, quoted]])
+        write_csv(tmp_path / "t.csv", header, rows * 5)
+        overrides = {"data.name": "csv", "data.path": str(tmp_path / "t.csv")}
+        cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **overrides))
+    with pytest.raises(DataError) as err:
+        load_splits(cfg)
+    assert str(err.value) == f"the class or column name {name!r} holds {problem}: rename it"
 
 
 def test_bad_settings_and_files_are_named(tmp_path):

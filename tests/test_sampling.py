@@ -7,7 +7,7 @@ import torch
 from conftest import SMALL, ZOO, example_batch
 from torch import nn
 
-from bnn_zoo import build, make_net, predict
+from bnn_zoo import bayesian, build, make_net, predict
 from bnn_zoo.sampling import evaluating, fill_predictions, sample_chunks
 
 
@@ -114,6 +114,68 @@ def test_predict_names_what_is_wrong_with_its_arguments():
         predict(model, uneven, x, 2)
     with pytest.raises(TypeError, match="'net.layers.1.bias' is not a tensor of samples"):
         predict(model, {"net.layers.1.bias": [0.0, 1.0]}, x, 2)
+
+
+TAKES = "the model takes inputs [N, 1, 28, 28]; x has shape "
+
+
+@pytest.mark.parametrize("shape, said", [
+    ((3, 784), "[3, 784], reshape it: x.reshape(-1, 1, 28, 28)"),
+    ((3, 3, 28, 28), "[3, 3, 28, 28], give it inputs of that shape"),
+    ((1, 28, 28), "[1, 28, 28], one input without its batch dimension: pass x[None]"),
+    ((2, 1, 14, 14), "[2, 1, 14, 14], give it inputs of that shape"),
+])
+def test_predict_says_what_shape_the_model_takes(shape, said):
+    """Inputs of a shape the network does not take were torch's shape error from deep inside it."""
+    model, guide = build("lenet", num_data=100)
+    with pytest.raises(ValueError) as err:
+        predict(model, guide, torch.zeros(shape), 2)
+    assert str(err.value) == TAKES + said
+
+
+def test_a_network_that_takes_other_shapes_takes_them_and_the_check_costs_nothing_at_its_own(monkeypatch):
+    """The shape a model ran on is known (its guide's first trace); another is tried on the meta
+    device, where a network that pools to any size takes it; the known one is tried at no cost."""
+    import bnn_zoo.sampling as sampling
+
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+    model, guide = bayesian(net, num_data=10)
+    with pytest.raises(ValueError, match=r"^the model cannot take x of shape \[2, 3, 16, 16\] \(RuntimeError: .*\): "
+                                         r"give it inputs \[N, ...\] of the shape its network was built for$"):
+        predict(model, guide, torch.zeros(2, 3, 16, 16), 2)
+    assert predict(model, guide, torch.zeros(2, 1, 16, 16), 2).shape == (2, 2, 10)
+    assert model.input_shape == (1, 16, 16)  # its guide traced it on these
+    assert predict(model, guide, torch.zeros(2, 1, 9, 9), 2).shape == (2, 2, 10)
+    monkeypatch.setattr(sampling, "_refusal", lambda *_: pytest.fail("the known shape was tried again"))
+    predict(model, guide, torch.zeros(2, 1, 16, 16), 2)
+
+
+def test_a_guide_or_samples_of_another_network_are_named():
+    lenet, lenet_guide = build("lenet", num_data=100)
+    mlp, mlp_guide = build("mnist_mlp", num_data=100, hidden=[16], guide="lowrank", rank=2)
+    x = torch.zeros(3, 1, 28, 28)
+    predict(mlp, mlp_guide, x, 2)  # the guide traced, on its own model
+    fix = "pass the guide built with this model, not another network's (bnn_zoo.build and bayesian return the pair)"
+    with pytest.raises(ValueError) as err:
+        predict(lenet, mlp_guide, x, 2)
+    assert str(err.value) == ("the guide and the model do not match (no site net.features.0.weight [6, 1, 5, 5]; site "
+                              f"net.layers.1.weight [16, 784] is no weight of the model's): {fix}")
+    with pytest.raises(ValueError) as err:
+        predict(mlp, lenet_guide, x, 2)  # not yet traced: it runs on lenet, and draws lenet's weights
+    assert str(err.value).startswith("the guide and the model do not match (no site net.layers.1.weight [16, 784]; ")
+    toy, toy_guide = build("toy_mlp", num_data=100)
+    with pytest.raises(ValueError) as err:  # not yet traced: its own network refuses images
+        predict(lenet, toy_guide, x, 2)
+    assert str(err.value).startswith("the guide cannot draw weights for inputs of shape [3, 1, 28, 28] (RuntimeError: ")
+    assert str(err.value).endswith(fix) and "\n" not in str(err.value)
+    wide, _ = build("mnist_mlp", num_data=100, hidden=[32])
+    with pyro.plate("s", 4, dim=-2):
+        samples = {n: v[:, 0] for n, v in mlp_guide(x).items() if n.startswith("net.")}
+    with pytest.raises(ValueError) as err:
+        predict(wide, samples, x, 2)
+    assert str(err.value) == ("the weight samples and the model do not match (site net.layers.1.weight is [16, 784] "
+                              "where the model's weight is [32, 784]): pass samples drawn for this model, not another "
+                              "network's (bnn_zoo.mcmc.nuts_posterior)")
 
 
 def test_evaluating_sets_eval_mode_keeps_dropout_sampling_when_asked_and_restores_the_mode():
