@@ -126,8 +126,10 @@ class CapturedStep:
     (``pyro.settings.set(module_local_params=True)``): with Pyro's global parameter store the trace
     would not see the modules' parameters. A graph is kept per input signature and train/eval mode;
     plain Python values ``fn`` reads (a KL weight, ``num_data``) are frozen into it. A signature
-    that cannot be captured raises ``NotCaptured`` at each call; the others still replay. On CUDA
-    each call starts a new step of the CUDA graph: read the last call's results before the next.
+    that cannot be captured, or whose replay failed while running (the random streams then as the
+    failed call found them), raises ``NotCaptured`` at each call; the others still replay. A compiled
+    graph that fails while running falls back to the graph replayed op by op. On CUDA each call
+    starts a new step of the CUDA graph: read the last call's results before the next.
     """
 
     def __init__(self, fn: Callable, modules: Sequence[nn.Module], compiled: bool = False,
@@ -154,7 +156,14 @@ class CapturedStep:
         if isinstance(graph, NotCaptured):
             raise graph
         params, buffers = self.params.values(), self.buffers.values()
-        return _Replay.apply(graph, len(params), len(buffers), *params, *buffers, *inputs)
+        with _KeptStreams(inputs) as keep:
+            try:
+                return _Replay.apply(graph, len(params), len(buffers), *params, *buffers, *inputs)
+            except Exception as err:  # noqa: BLE001 - the replay failed while running: Pyro's step from now on
+                keep.restore()  # the draws the failed replay took are drawn again by Pyro's step
+                failed = self.graphs[key] = NotCaptured(f"the captured step failed while running "
+                                                        f"({type(err).__name__}: {_first_line(err)})")
+                raise failed from None
 
     def _capture(self, inputs) -> Callable:
         if not pyro.settings.get("module_local_params"):
@@ -189,8 +198,9 @@ class CapturedStep:
 class _Compiled:
     """``fn`` compiled by inductor at its first call, with torch's random number generator (with
     ``cuda_graphs``, in a CUDA graph where its first argument, a list of tensors, is on CUDA); where
-    compiling fails (no C++ compiler, an op inductor lacks) ``fn`` itself runs from then on, with a
-    note that ends in ``fallback``."""
+    compiling fails (no C++ compiler, an op inductor lacks), or the compiled function fails while
+    running, ``fn`` itself runs from then on, with a note that ends in ``fallback``, drawing what
+    the compiled one would have."""
 
     def __init__(self, fn: Callable, note: Callable[[str], None], fallback: str, cuda_graphs: bool):
         self.fn, self.note, self.fallback, self.cuda_graphs = fn, note, fallback, cuda_graphs
@@ -200,7 +210,7 @@ class _Compiled:
         if self.cuda:  # a new step: the CUDA graph's outputs of the last one are no longer read
             torch.compiler.cudagraph_mark_step_begin()
         if self.run is not None:
-            return self.run(*args)
+            return self._running(args)
         self.cuda = self.cuda_graphs and any(t.is_cuda for t in args[0])
         cuda_devices = [t.device for t in args[0] if t.is_cuda][:1] if self.cuda else []
         try:
@@ -219,6 +229,44 @@ class _Compiled:
             torch.cuda.set_rng_state(state, device)
         self.run = compiled
         return out
+
+    def _running(self, args):
+        """The compiled function; where it raises while running (a CUDA graph, a kernel: not only
+        while compiling), ``fn`` from then on, with a note, on the random streams the failed call
+        started from."""
+        if self.run is self.fn:
+            return self.fn(*args)
+        with _KeptStreams(args[0]) as keep:
+            try:
+                return self.run(*args)
+            except Exception as err:  # noqa: BLE001 - fn computes the same, uncompiled
+                keep.restore()
+                self.note(f"the compiled function failed while running ({type(err).__name__}: {_first_line(err)}); "
+                          f"{self.fallback}")
+                self.run, self.cuda = self.fn, False
+                return self.fn(*args)
+
+
+class _KeptStreams:
+    """The random streams (torch's CPU generator, and the GPU's of any CUDA tensor in ``tensors``)
+    as they were when the block began, for ``restore()``: a step that fails part-way through its
+    draws is run again from them, drawing what it would have."""
+
+    def __init__(self, tensors):
+        self.devices = list(dict.fromkeys(t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda))
+
+    def __enter__(self):
+        self.cpu = torch.get_rng_state()
+        self.gpus = [torch.cuda.get_rng_state(d) for d in self.devices]
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        for device, state in zip(self.devices, self.gpus):
+            torch.cuda.set_rng_state(state, device)
 
 
 @contextmanager

@@ -67,6 +67,7 @@ class World:
     size: int = 1
     local_rank: int = 0
     seed: int = 0
+    launched: bool = False  # by torchrun: in a process group, through DDP, even as its only rank
 
     @classmethod
     def from_env(cls, seed: int) -> "World":
@@ -77,11 +78,11 @@ class World:
             raise ConfigError("WORLD_SIZE, RANK and LOCAL_RANK must be integers: launch with torchrun") from None
         if size < 1 or not 0 <= rank < size:
             raise ConfigError(f"RANK {rank} of WORLD_SIZE {size} is no rank: launch with torchrun")
-        return cls(rank, size, local, seed)
+        return cls(rank, size, local, seed, "WORLD_SIZE" in os.environ)
 
     def __str__(self) -> str:
         """What a log line says of the ranks: nothing for one process."""
-        return f", rank {self.rank} of {self.size} (torchrun)" if self.size > 1 else ""
+        return f", rank {self.rank} of {self.size} (torchrun)" if self.launched else ""
 
     @property
     def main(self) -> bool:
@@ -90,7 +91,7 @@ class World:
 
     def device(self, device: torch.device) -> torch.device:
         """A rank's own GPU (its LOCAL_RANK) where the run trains on GPUs; the CPU stays the CPU."""
-        return torch.device("cuda", self.local_rank) if self.size > 1 and device.type == "cuda" else device
+        return torch.device("cuda", self.local_rank) if self.launched and device.type == "cuda" else device
 
     def check(self, members: int, infer: str) -> None:
         """What a run on several ranks cannot do: ensembles and NUTS, one-process jobs."""
@@ -101,8 +102,9 @@ class World:
 
     @contextmanager
     def joined(self, device: torch.device) -> Iterator[None]:
-        """In the process group (NCCL on GPUs, gloo on CPUs) for the block, out of it after, whatever happened."""
-        if self.size == 1 or dist.is_initialized():
+        """In the process group (NCCL on GPUs, gloo on CPUs) for the block, out of it after, whatever
+        happened; a torchrun of one rank too (the same path as several: a test of it on one device)."""
+        if not self.launched or dist.is_initialized():
             yield
             return
         if device.type == "cuda":
@@ -193,8 +195,9 @@ class World:
         return _own_stream(_stream(self.seed, step, self.rank)) if self.size > 1 else nullcontext()
 
     def wrap(self, modules: list[nn.Module], loss: Callable, device: torch.device) -> Callable:
-        """``loss`` (x, y) -> scalar over ``modules``' parameters, through DDP where there are ranks."""
-        if self.size == 1:
+        """``loss`` (x, y) -> scalar over ``modules``' parameters, through DDP where torchrun launched
+        the ranks (one rank's DDP averages its own gradients: the single-process step)."""
+        if not self.launched:
             return loss
         return DistributedDataParallel(_Loss(modules, loss), device_ids=[device] if device.type == "cuda" else None,
                                        gradient_as_bucket_view=True)

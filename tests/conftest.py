@@ -22,6 +22,16 @@ SMALL = {"toy_mlp": [16], "mnist_mlp": [32], "lenet": None}
 DEVICE = pick_device("auto")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked cuda skip, with the reason, where this machine has no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (python scripts/gpu_check.py runs these on a GPU)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def own_trust_list(tmp_path_factory):
     """The networks by name the tests trust live in a folder of the session's (bnn_zoo.trust)."""

@@ -272,3 +272,128 @@ def test_a_compiled_prediction_goes_with_its_model_which_still_copies_and_pickle
     del model, guide, compiled
     gc.collect()
     assert gone() is None and buffer_gone() is None
+
+
+class FailsWhileRunning:
+    """A compiled (or replayed) function that runs its graph ``works`` times, then draws a few
+    random numbers and raises, as a CUDA graph or kernel may fail after compiling went well."""
+
+    def __init__(self, fn, works: int):
+        self.fn, self.works, self.calls = fn, works, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls > self.works:
+            torch.rand(7)  # part of the step's draws, taken before it failed
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+        return self.fn(*args)
+
+
+def steps(capture: str, n: int = 4, note=None):
+    """The losses and final parameters of n steps of the captured toy step."""
+    model, guide, x, y = pair("toy_mlp")
+    elbo, modules = SplitELBO(), [model, guide]
+    fn = lambda x, y: (elbo.differentiable_loss(model, guide, x, y),)  # noqa: E731
+    params = dict(nn.ModuleList(modules).named_parameters())
+    optimizer, losses = adam(params.values(), 0.01), []
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
+        step = CapturedStep(fn, modules, capture == "compile", note=note or pytest.fail)
+        pyro.set_rng_seed(1)
+        for _ in range(n):
+            optimizer.zero_grad()
+            try:
+                loss, = step(x, y)
+            except NotCaptured as err:
+                (note or pytest.fail)(str(err))
+                loss, = fn(x, y)  # what BayesPhase does: Pyro's step
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in params.items()}
+
+
+def test_a_compiled_step_that_fails_while_running_falls_back_to_the_trace_on_the_same_draws(monkeypatch):
+    traced = steps("trace")
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: FailsWhileRunning(fn, works=2))
+    notes = []
+    compiled = steps("compile", note=notes.append)
+    assert notes == ["the compiled function failed while running (RuntimeError: CUDA error: an illegal memory access "
+                     "was encountered); the captured step runs uncompiled"]
+    assert compiled[0] == traced[0]  # the failed step's draws are drawn again, by the trace
+    assert all(torch.equal(compiled[1][n], traced[1][n]) for n in traced[1])
+
+
+def test_a_replay_that_fails_while_running_falls_back_to_pyros_step_on_the_same_draws(monkeypatch):
+    capture = CapturedStep._capture
+    monkeypatch.setattr(CapturedStep, "_capture", lambda self, inputs: FailsWhileRunning(capture(self, inputs), works=1))
+    notes = []
+    failing = steps("trace", note=notes.append)
+    assert notes[0] == ("the captured step failed while running (RuntimeError: CUDA error: an illegal memory access was "
+                        "encountered)") and len(set(notes)) == 1
+    monkeypatch.setattr(CapturedStep, "_capture", lambda self, inputs: (_ for _ in ()).throw(NotCaptured("eager")))
+    pyros = steps("trace", note=lambda _: None)  # every step Pyro's own
+    assert failing[0] == pyros[0] and all(torch.equal(failing[1][n], pyros[1][n]) for n in pyros[1])
+
+
+class Poisoning:
+    """A captured graph whose outputs (loss, figures, gradients) turn to NaN once the next step
+    begins, as a CUDA graph's are overwritten by its next replay."""
+
+    def __init__(self, graph):
+        self.graph, self.last = graph, []
+
+    def __call__(self, params, buffers, inputs):
+        for t in self.last:
+            t.fill_(float("nan"))
+        loss, figures, grads = self.graph(params, buffers, inputs)
+        self.last = [t for t in (loss, *figures, *grads) if t is not None]
+        return loss, figures, grads
+
+
+def test_nothing_reads_a_step_s_outputs_once_the_next_step_has_begun(tmp_path, monkeypatch):
+    """Training with each step's outputs poisoned as the next begins ends where it ends without:
+    the loop, the phase and Adam read a step's loss, data fit and gradients before the next step."""
+    runs = {}
+    for poisoned in (False, True):
+        if poisoned:
+            capture = CapturedStep._capture
+            monkeypatch.setattr(CapturedStep, "_capture", lambda self, inputs: Poisoning(capture(self, inputs)))
+        run = tmp_path / str(poisoned)
+        train(tiny_config("toy_mlp", run_dir=str(run), **{"train.epochs": 8, "train.eval_every": 4,
+                                                          "train.capture": "trace", "train.twin": False}))
+        runs[poisoned] = json.loads((run / "metrics.json").read_text())["bayes"]
+    assert [h["loss"] for h in runs[True]["history"]] == [h["loss"] for h in runs[False]["history"]]
+    assert [h["data_fit"] for h in runs[True]["history"]] == [h["data_fit"] for h in runs[False]["history"]]
+    assert runs[True]["test/rmse"] == runs[False]["test/rmse"]
+
+
+def on_cuda(model, guide, x, y):
+    """The same pair on the GPU, its guide's parameters moved with it."""
+    return model.to("cuda"), guide.to("cuda"), x.to("cuda"), y.to("cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("capture", ["trace", "compile"])
+@pytest.mark.parametrize("arch", ZOO)
+def test_on_cuda_the_captured_step_is_pyros_step_on_the_same_draws(arch, capture):
+    """The CUDA half of the capture: the graph replayed on the GPU (compiled: in a CUDA graph)
+    draws the GPU's numbers in Pyro's order, so it is Pyro's step there too."""
+    torch.cuda.manual_seed(1)
+    eager = one_step(*on_cuda(*pair(arch)), "weights", "eager")
+    torch.cuda.manual_seed(1)
+    captured = one_step(*on_cuda(*pair(arch)), "weights", capture)
+    assert_same(eager, captured, exact=capture == "trace")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("arch", ZOO)
+def test_on_cuda_compiled_prediction_is_the_plain_one_on_the_same_draws(arch):
+    from bnn_zoo.sampling import predict
+
+    model, guide, x, _ = on_cuda(*pair(arch))
+    with pyro.settings.context(module_local_params=True):
+        torch.cuda.manual_seed(1), pyro.set_rng_seed(1)
+        reference = predict(model, guide, x, 6, chunk_size=4, batch_size=5, compiled=False)
+        torch.cuda.manual_seed(1), pyro.set_rng_seed(1)
+        compiled = predict(model, guide, x, 6, chunk_size=4, batch_size=5, compiled=True)
+    assert compiled.is_cuda and (compiled - reference).abs().max() <= 1e-5 * reference.abs().max()

@@ -266,3 +266,24 @@ def test_loading_on_a_device_this_machine_lacks_says_so(tmp_path):
         _trained_run("toy_mlp", {}, tmp_path)
     with pytest.raises(ConfigError, match="cuda asked for but CUDA is not available; use device=auto or device=cpu"):
         load(tmp_path, "cuda")
+
+
+@pytest.mark.cuda
+def test_a_checkpoint_written_on_cuda_answers_on_the_cpu_and_back(tmp_path):
+    """Trained on the GPU, loaded on the CPU (its tensors mapped there), resumed on the CPU and
+    loaded on the GPU again: the same weights, the same answers on the same draws."""
+    from bnn_zoo.ladder import posteriors
+    from bnn_zoo.resume import config_for_run
+    from bnn_zoo.train import train
+
+    train(tiny_config("toy_mlp", run_dir=str(tmp_path), device="cuda", **{"train.epochs": 4, "train.eval_every": 2}))
+    on_gpu, on_cpu = load(tmp_path, "cuda"), load(tmp_path, "cpu")
+    x = torch.linspace(-2, 2, 9).unsqueeze(-1)
+    for where, trained in (("cuda", on_gpu), ("cpu", on_cpu)):
+        assert all(p.device.type == where for p in trained.guide.parameters())
+    assert torch.equal(on_gpu.guide.median()["net.layers.1.weight"].cpu(), on_cpu.guide.median()["net.layers.1.weight"])
+    twin = {where: posteriors(t)["twin"].predict(x.to(where)).cpu() for where, t in (("cuda", on_gpu), ("cpu", on_cpu))}
+    assert torch.allclose(twin["cuda"], twin["cpu"], atol=1e-5)
+    train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=6", "device=cpu"]))
+    back = load(tmp_path, "cuda")
+    assert back.epoch == 6 and all(p.is_cuda for p in back.guide.parameters())

@@ -151,6 +151,22 @@ def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
         assert torch.allclose(value, b["guide"][name], atol=1e-6), name
 
 
+def test_one_rank_under_torchrun_trains_through_ddp_as_one_process_trains(tmp_path):
+    """torchrun with one rank takes the distributed path (a process group, DDP; NCCL on a GPU, which
+    scripts/gpu_check.py runs): it ends at the weights of the plain run, draw for draw."""
+    settings = ["toy_mlp", "train.epochs=40", "train.eval_every=20", "train.progress=false", "train.twin=false"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port",
+               str(_free_port()), "-m", "bnn_zoo.train", *settings, f"run_dir={tmp_path / 'ranked'}"]
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert done.returncode == 0 and ", rank 0 of 1 (torchrun)" in done.stdout, done.stdout + done.stderr
+    plain = subprocess.run([sys.executable, "-m", "bnn_zoo.train", *settings, f"run_dir={tmp_path / 'plain'}"], cwd=ROOT,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert plain.returncode == 0 and "(torchrun)" not in plain.stdout, plain.stderr
+    a, b = read(tmp_path / "ranked" / CHECKPOINT), read(tmp_path / "plain" / CHECKPOINT)
+    assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
+    assert all(torch.equal(value, b["guide"][name]) for name, value in a["guide"].items())
+
+
 def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_path):
     """Rank 0 alone claims the run directory; where it refuses (another run's files there), rank 1
     stops with its words, not with a broken connection's traceback. The two ranks are started as

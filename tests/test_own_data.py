@@ -552,7 +552,6 @@ def test_an_eps_named_png_is_refused_by_every_path_without_a_program(folder_run,
 def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, tmp_path, capsys):
     """One rule for transparency: transparent pixels take the background that contrasts with the
     ink, whichever path reads the file (they took black in predict, white on the page)."""
-    import io
 
     from starlette.testclient import TestClient
 

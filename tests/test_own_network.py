@@ -194,7 +194,7 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
 
 
 def test_a_trust_list_others_may_write_is_refused(tmp_path, monkeypatch, capsys):
-    from bnn_zoo import trust, trust_list
+    from bnn_zoo import trust_list
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     trust_list.trust("own_nets:small_cnn", {})

@@ -168,13 +168,6 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     assert scaled["sets"] == expected["twin_scaled"].to_dict() and scaled["rule"]["signal"] in ("entropy", None)
 
 
-def test_ship_sets_refuses_where_a_folder_of_the_name_would_be_read(tmp_path, monkeypatch, capsys):
-    (tmp_path / "lenet").mkdir()
-    monkeypatch.chdir(tmp_path)
-    assert load_script("ship_sets").main(["lenet"]) == 2
-    assert "a folder named lenet is here: load() would read it, not the shipped posterior" in capsys.readouterr().err
-
-
 def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
     script = load_script("peers")
     out = tmp_path / "peers.json"
@@ -370,3 +363,42 @@ def test_export_pngs_writes_the_folder_layout_own_data_reads(shared_data, tmp_pa
     bag = train_part.classes.index("Bag")
     first = sorted((labels == 8).nonzero()[:2, 0].tolist(), key=lambda i: f"{i}.png")  # ImageFolder's file order
     assert torch.equal((test_part.x[test_part.y == bag, 0] * 255).round().byte(), images[first])
+
+
+def test_gpu_check_says_in_one_line_that_there_is_no_cuda(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: scripts/gpu_check.py measures it")
+    assert load_script("gpu_check").main([str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("no CUDA device here") and not (tmp_path / "out").exists()
+
+
+def test_gpu_check_holds_each_capture_against_pyro_s_and_reports_the_targets(tmp_path, monkeypatch, capsys):
+    """Its plumbing, run here with made-up runs (the GPU's half is gpu_check's to run): losses off
+    Pyro's beyond a capture's tolerance are flagged, the resumed eager run is the compiled one, and
+    every target is tabled met or not."""
+    check = load_script("gpu_check")
+    trained = []
+
+    def fake_train(arch, capture, out, data_root, epochs, resume=False, then=None):
+        trained.append((arch, capture, epochs, resume, then))
+        off = {"eager": 0.0, "trace": 0.0, "compile": 1e-4 if arch == "mnist_mlp" else 1e-2}[capture]
+        losses = [2.0 * (1 + off), 1.0 * (1 + off), 0.5][:epochs]
+        return {"ok": True, "seconds": 9.0, "losses": losses, "epoch_seconds": [20.0, 0.25, 0.27][:epochs],
+                "test_accuracy": 0.9}
+
+    monkeypatch.setattr(check, "train", fake_train)
+    monkeypatch.setattr(check, "predict_seconds", lambda run_dir, root: 0.2 if "mnist" in str(run_dir) else 1.5)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "a made-up GPU")
+    assert check.main([str(tmp_path), "--skip", "tests", "peers", "torchrun"]) == 0
+    assert ("mnist_mlp", "eager", 3, True, "compile") in trained and ("lenet", "trace", 3, True, None) in trained
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    training = report["training"]
+    assert training["mnist_mlp/compile"]["same_as_pyro"] and not training["lenet/compile"]["same_as_pyro"]
+    assert training["mnist_mlp/epoch_seconds"] == 0.26 and training["lenet/predict_seconds"] == 1.5
+    text = (tmp_path / "gpu_check.md").read_text()
+    assert "| mnist_mlp epoch seconds | 0.260 | <= 0.3 | yes |" in text
+    assert "| lenet predict seconds | 1.500 | <= 1.0 | NO |" in text
+    assert check.ratios({"results": {"results": {"lenet": {"zoo": {"steps_per_s": 50.0},
+                                                           "zoo_compiled": {"steps_per_s": 175.0}}}}}) == {"lenet": 3.5}
