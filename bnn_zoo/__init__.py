@@ -14,19 +14,19 @@ Usage::
 """
 from importlib.metadata import PackageNotFoundError, version
 
-from .bnn import BayesianNet, bayesian
-from .conformal import ConformalSets, calibrate_sets
-from .trained import Trained, load
-from .elbo import SplitELBO
-from .guides import DirectAutoNormal, make_guide
-from .ladder import posteriors
-from .likelihoods import Categorical, Gaussian
-from .sampling import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
-from .priors import GaussianPrior, ScaleMixturePrior, make_prior
-from .reparam import LocalReparameterization
-from .temperature import fit_temperature
-from .twin import Twin
-from .zoo import ARCHITECTURES, build, make_net, make_twin
+from .core.bnn import BayesianNet, bayesian
+from .abstain.conformal import ConformalSets, calibrate_sets
+from .runs.trained import Trained, load
+from .core.elbo import SplitELBO
+from .core.guides import DirectAutoNormal, make_guide
+from .posterior.ladder import posteriors
+from .core.likelihoods import Categorical, Gaussian
+from .core.predictive import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
+from .core.priors import GaussianPrior, ScaleMixturePrior, make_prior
+from .core.reparam import LocalReparameterization
+from .abstain.temperature import fit_temperature
+from .core.twin import Twin
+from .core.architectures import ARCHITECTURES, build, make_net, make_twin
 
 try:
     __version__ = version("bnn-zoo")

@@ -15,10 +15,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from bnn_zoo import cli
-from bnn_zoo.config import load_config
-from bnn_zoo.evaluate import evaluate_run
-from bnn_zoo.train import train
+from bnn_zoo.cli import options as cli
+from bnn_zoo.runs.config import load_config
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.cli.train import train
 
 MODES = ("compile", "eager")
 FIGURES = ("accuracy", "nll", "auroc notmnist", "auroc fashion_mnist")

@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bnn_zoo import cli
-from bnn_zoo.errors import ConfigError
-from bnn_zoo.files import write_atomic
+from bnn_zoo.cli import options as cli
+from bnn_zoo.core.errors import ConfigError
+from bnn_zoo.runs.files import write_atomic
 from _child import provenance
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -66,7 +66,7 @@ def predict_seconds(run_dir: Path, data_root: str) -> float:
     """The median of three timed predictions (after one that compiles) of 100 samples on the 10,000
     test images, in a process of its own."""
     code = (
-        "import time, statistics, torch, pyro, bnn_zoo; from bnn_zoo.data import load_torchvision, normalize; "
+        "import time, statistics, torch, pyro, bnn_zoo; from bnn_zoo.data.sets import load_torchvision, normalize; "
         f"t = bnn_zoo.load({str(run_dir)!r}, 'cuda'); "
         f"x = normalize(load_torchvision('mnist', {data_root!r}, train=False, download=False)[0]).cuda(); "
         "p = bnn_zoo.posteriors(t)['bayes']; times = []\n"

@@ -1,9 +1,9 @@
 """The out-of-distribution scoreboard: for each trained classifier run and every posterior it holds
 (its Bayesian network or ensemble, its twin with and without temperature scaling, MC dropout or
-deep ensemble, HMC: bnn_zoo.ladder), one table (markdown and JSON) and plots. In distribution:
+deep ensemble, HMC: bnn_zoo.posterior.ladder), one table (markdown and JSON) and plots. In distribution:
 accuracy, NLL, ECE, refused, accuracy on accepted, AURC, AUGRC, risk at 95% and 99% coverage, the
 certified conformal sets' coverage and size, and sets calibrated on validation at 90, 95 and 99%.
-Per OOD set (the far ones, and the near ones that bnn_zoo.ood builds from MNIST test digits and the
+Per OOD set (the far ones, and the near ones that bnn_zoo.data.ood_sets builds from MNIST test digits and the
 machine's fonts): refused under the run's certified rule and under the quantile rule, AUROC / AUPR
 / FPR95 by entropy and by mutual information, AUROC by the feature density, and for overlaid digits
 the share refused or answered with a set holding both. Then the ladder: one row per posterior with
@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bnn_zoo import cli, plots
-from bnn_zoo.checkpoint import MEMBERS
-from bnn_zoo.errors import ConfigError
-from bnn_zoo.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run, ood_name
-from bnn_zoo.files import check_writable, make_folder, read_json, write_atomic
-from bnn_zoo.ladder import BAYES, HMC, TWIN, TWIN_SCALED
-from bnn_zoo.references import TARGETS
-from bnn_zoo.ood import NEAR, font_files
-from bnn_zoo.own_data import OWN_DATA
-from bnn_zoo.trained import load
+from bnn_zoo.cli import options as cli
+from bnn_zoo.evaluation import plots
+from bnn_zoo.runs.checkpoint import MEMBERS
+from bnn_zoo.core.errors import ConfigError
+from bnn_zoo.evaluation.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run, ood_name
+from bnn_zoo.runs.files import check_writable, make_folder, read_json, write_atomic
+from bnn_zoo.posterior.ladder import BAYES, HMC, TWIN, TWIN_SCALED
+from bnn_zoo.evaluation.split_fits import TARGETS
+from bnn_zoo.data.ood_sets import NEAR, font_files
+from bnn_zoo.data.own import OWN_DATA
+from bnn_zoo.runs.trained import load
 from _child import provenance
 
 # (header, shown in percent, the figure): the in-distribution columns, then those per OOD set
@@ -193,7 +194,7 @@ def ladder_table(runs: dict[str, ScoredRun]) -> str:
 
 def density_table(runs: dict[str, ScoredRun]) -> str:
     """The third signal on the ladder: per posterior with a point network (a guide at its mean, a
-    twin), the AUROC of its feature density (bnn_zoo.density) per OOD set and over the near sets."""
+    twin), the AUROC of its feature density (bnn_zoo.abstain.density) per OOD set and over the near sets."""
     sets = all_sets(runs)
     lines = ["| posterior | " + " | ".join(f"density AUROC {n}" for n in sets) + " | near (mean) |",
              "|" + " --- |" * (len(sets) + 2)]

@@ -6,9 +6,9 @@ import pyro
 import pytest
 import torch
 
-from bnn_zoo.config import make_config, resolved
-from bnn_zoo.config_checks import pick_device
-from bnn_zoo.zoo import ARCHITECTURES
+from bnn_zoo.runs.config import make_config, resolved
+from bnn_zoo.runs.checks import pick_device
+from bnn_zoo.core.architectures import ARCHITECTURES
 
 ZOO = list(ARCHITECTURES)
 SHARED_DATA = Path(os.environ.get("BNN_ZOO_DATA")
@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="session")
 def own_trust_list(tmp_path_factory):
-    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.trust)."""
+    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.cli.trust)."""
     os.environ["BNN_ZOO_HOME"] = str(tmp_path_factory.mktemp("bnn_zoo_home"))
 
 
@@ -83,7 +83,7 @@ def tiny_config(arch: str, **overrides):
 def tiny_run(tmp_path_factory):
     """A small mnist_mlp trained for two epochs on 1,000 MNIST images, about 83% accurate (skips
     without the data)."""
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -109,7 +109,7 @@ def certified_run(tiny_run, tmp_path_factory):
     """A copy of the tiny run with rules certified at a risk its 128 validation images can bear."""
     import shutil
 
-    from bnn_zoo.calibrate import calibrate_run
+    from bnn_zoo.cli.certify import calibrate_run
 
     run_dir = tmp_path_factory.mktemp("certified") / "run"
     shutil.copytree(tiny_run, run_dir)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnn_zoo.abstention import Rule, abstain, uncertainty
+from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
 
 
 def samples(*rows):

@@ -7,7 +7,7 @@ from pyro.infer import SVI, Predictive, Trace_ELBO
 from torch import nn
 
 from bnn_zoo import bayesian, build, make_net, predict
-from bnn_zoo.likelihoods import Categorical
+from bnn_zoo.core.likelihoods import Categorical
 
 
 @pytest.mark.parametrize("arch", ZOO)

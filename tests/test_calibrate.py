@@ -7,15 +7,15 @@ import torch
 from conftest import DEVICE
 
 from bnn_zoo import load, predict
-from bnn_zoo.calibrate import certify_trained, certifying, main, summary, validation_set
-from bnn_zoo.calibration import certify
-from bnn_zoo.conformal import calibrate_sets
-from bnn_zoo.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, TWIN_SCALED, read, save_atomic
-from bnn_zoo.errors import CheckpointError, StorageError
-from bnn_zoo.ladder import posteriors
-from bnn_zoo.sampling import evaluating
-from bnn_zoo.temperature import fit_temperature
-from bnn_zoo.trained import weights_digest
+from bnn_zoo.cli.certify import certify_trained, certifying, main, summary, validation_set
+from bnn_zoo.abstain.certify import certify
+from bnn_zoo.abstain.conformal import calibrate_sets
+from bnn_zoo.runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, TWIN_SCALED, read, save_atomic
+from bnn_zoo.core.errors import CheckpointError, StorageError
+from bnn_zoo.posterior.ladder import posteriors
+from bnn_zoo.core.predictive import evaluating
+from bnn_zoo.abstain.temperature import fit_temperature
+from bnn_zoo.runs.trained import weights_digest
 
 
 def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
@@ -177,7 +177,7 @@ def test_a_calibration_of_other_weights_is_refused_until_recertified(certified_r
     """What kill -9 during a resumed run leaves: the checkpoint holds new weights, calibration.json
     certified the old ones."""
     from bnn_zoo import evaluate
-    from bnn_zoo.predict import main as predict_main
+    from bnn_zoo.cli.predict import main as predict_main
 
     run = _copy(certified_run, tmp_path)
     state = read(run / CHECKPOINT)
@@ -215,7 +215,7 @@ def test_a_calibration_that_does_not_name_its_weights_is_refused(certified_run, 
 
 
 def test_a_resumed_run_recertifies_at_its_end_even_without_calibrate(certified_run, tmp_path):
-    from bnn_zoo.train import config_for_run, train
+    from bnn_zoo.cli.train import config_for_run, train
 
     run = _copy(certified_run, tmp_path)
     before = json.loads((run / CALIBRATION).read_text())
@@ -240,7 +240,7 @@ def _write_digit(path):
 def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
     import torch
 
-    from bnn_zoo.calibrate import calibrate_run
+    from bnn_zoo.cli.certify import calibrate_run
 
     run = _copy(certified_run, tmp_path)
     torch.manual_seed(7)
@@ -253,8 +253,8 @@ def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
 def test_predict_answers_with_the_scaled_twin_under_its_own_rule(certified_run, shared_data, tmp_path, capsys):
     from PIL import Image
 
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.predict import main as predict_main
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.cli.predict import main as predict_main
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     files = []
@@ -285,12 +285,12 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     predict apply it; calibrating again without it removes the density with its rule."""
     from PIL import Image
 
-    from bnn_zoo.abstention import DENSITY
-    from bnn_zoo.calibration import density_cuts
-    from bnn_zoo.checkpoint import DENSITIES
-    from bnn_zoo.data import load_torchvision, normalize, run_split
-    from bnn_zoo.evaluate import evaluate_run
-    from bnn_zoo.predict import main as predict_main
+    from bnn_zoo.abstain.rule import DENSITY
+    from bnn_zoo.abstain.certify import density_cuts
+    from bnn_zoo.runs.checkpoint import DENSITIES
+    from bnn_zoo.data.sets import load_torchvision, normalize, run_split
+    from bnn_zoo.evaluation.evaluate import evaluate_run
+    from bnn_zoo.cli.predict import main as predict_main
 
     run = _copy(certified_run, tmp_path)
     args = [str(run), "--risk", "0.4", "--delta", "0.2", "--max-refusal", "0.1", "--samples", "4"]

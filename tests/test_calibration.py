@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from bnn_zoo.abstention import Rule, risk_coverage, uncertainty
-from bnn_zoo.calibration import CUTS, Calibration, NotCertified, binomial_cdf, certify
+from bnn_zoo.abstain.rule import Rule, risk_coverage, uncertainty
+from bnn_zoo.abstain.certify import CUTS, Calibration, NotCertified, binomial_cdf, certify
 
 
 def population(n: int, seed: int, samples: int = 4, classes: int = 5):
@@ -147,7 +147,7 @@ def test_certify_refuses_an_empty_batch_and_what_is_not_a_tensor():
 
 
 def density_like(probs, seed: int):
-    """Scores that stand in for a feature density's (bnn_zoo.density): higher for the inputs the
+    """Scores that stand in for a feature density's (bnn_zoo.abstain.density): higher for the inputs the
     network is unsure of (their entropy in nats, scaled), with noise of their own, any sign."""
     g = torch.Generator().manual_seed(seed)
     return 40 * uncertainty(probs)["entropy"] - 20 + torch.randn(probs.shape[1], generator=g) * 5
@@ -157,8 +157,8 @@ def test_a_density_gate_holds_the_bound_at_the_stated_rate_over_many_draws():
     """As the bound above, with the gate on density scores given beside the probabilities and its
     cuts fixed beforehand from training inputs' scores: the error rate among accepted fresh inputs
     exceeds the risk in at most delta of the draws (plus sampling slack)."""
-    from bnn_zoo.abstention import DENSITY
-    from bnn_zoo.calibration import density_cuts
+    from bnn_zoo.abstain.rule import DENSITY
+    from bnn_zoo.abstain.certify import density_cuts
 
     risk, delta, draws = 0.2, 0.1, 100
     cuts = density_cuts(density_like(population(5000, seed=20_000)[0], seed=20_000))
@@ -180,8 +180,8 @@ def test_a_density_gate_holds_the_bound_at_the_stated_rate_over_many_draws():
 
 
 def test_a_density_gate_needs_its_scores_and_its_own_cuts():
-    from bnn_zoo.abstention import DENSITY
-    from bnn_zoo.calibration import density_cuts
+    from bnn_zoo.abstain.rule import DENSITY
+    from bnn_zoo.abstain.certify import density_cuts
 
     probs, labels = population(200, seed=3)
     rule = Rule(threshold=0.2, signal=DENSITY, cut=-5.0)  # minus a log density: a cut of any sign
@@ -199,8 +199,8 @@ def test_a_density_gate_needs_its_scores_and_its_own_cuts():
 
 
 def test_a_run_s_config_cannot_ask_for_a_density_gate_yet():
-    from bnn_zoo.errors import ConfigError
-    from bnn_zoo.resume import config_for_run
+    from bnn_zoo.core.errors import ConfigError
+    from bnn_zoo.runs.resume import config_for_run
 
     with pytest.raises(ConfigError, match="a feature-density gate is certified in Python"):
         config_for_run("mnist_mlp", ["abstention.signal=feature_density"])

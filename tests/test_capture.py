@@ -1,4 +1,4 @@
-"""The captured step (bnn_zoo.capture) is Pyro's step: the same draws, loss, gradients and update."""
+"""The captured step (bnn_zoo.core.captured_step) is Pyro's step: the same draws, loss, gradients and update."""
 import copy
 import gc
 import json
@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from bnn_zoo import bayesian, build
-from bnn_zoo.capture import STEPS_TO_COMPILE, STEPS_TO_TRACE, CapturedStep, NotCaptured, choose
-from bnn_zoo.elbo import SplitELBO
-from bnn_zoo.loop import adam
-from bnn_zoo.phases import BayesPhase
-from bnn_zoo.reparam import LocalReparameterization
-from bnn_zoo.resume import config_for_run
-from bnn_zoo.train import train
+from bnn_zoo.core.captured_step import STEPS_TO_COMPILE, STEPS_TO_TRACE, CapturedStep, NotCaptured, choose
+from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.runs.loop import adam
+from bnn_zoo.runs.phases import BayesPhase
+from bnn_zoo.core.reparam import LocalReparameterization
+from bnn_zoo.runs.resume import config_for_run
+from bnn_zoo.cli.train import train
 
 from conftest import SMALL, ZOO, example_batch, tiny_config
 
@@ -187,7 +187,7 @@ def test_a_phase_that_cannot_capture_says_so_and_trains_as_pyro_does():
 
 
 def make(cfg, capture):
-    from bnn_zoo.config import make_config, resolved
+    from bnn_zoo.runs.config import make_config, resolved
 
     return resolved(make_config(cfg, [f"train.capture={capture}"]))
 
@@ -230,7 +230,7 @@ def test_a_captured_run_trains_and_resumes_as_pyros_step_does(tmp_path):
 
 @pytest.mark.parametrize("arch", ZOO)
 def test_compiled_prediction_is_the_plain_one_on_the_same_draws(arch):
-    from bnn_zoo.sampling import predict
+    from bnn_zoo.core.predictive import predict
 
     model, guide, x, _ = pair(arch)
     with pyro.settings.context(module_local_params=True):
@@ -248,7 +248,7 @@ def test_compiling_leaves_the_callers_settings_as_they_were():
     everyone; the zoo's compiled paths give it back. In a fresh process, where that first compile
     is the zoo's."""
     code = ("import torch; from torch.distributions import Distribution; from bnn_zoo import build; "
-            "from bnn_zoo.sampling import predict; model, guide = build('mnist_mlp', hidden=[8]); "
+            "from bnn_zoo.core.predictive import predict; model, guide = build('mnist_mlp', hidden=[8]); "
             "x = torch.randn(3, 1, 28, 28); guide(x); predict(model, guide, x, 2, compiled=True); "
             "print(Distribution._validate_args)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -259,9 +259,9 @@ def test_compiling_leaves_the_callers_settings_as_they_were():
 def test_a_compiled_prediction_goes_with_its_model_which_still_copies_and_pickles():
     import pickle
 
-    from bnn_zoo.sampling import predict
+    from bnn_zoo.core.predictive import predict
 
-    from bnn_zoo.capture import _COMPILED_PREDICTIVES
+    from bnn_zoo.core.captured_step import _COMPILED_PREDICTIVES
 
     model, guide, x, _ = pair("mnist_mlp")
     predict(model, guide, x, 2, compiled=True)
@@ -388,7 +388,7 @@ def test_on_cuda_the_captured_step_is_pyros_step_on_the_same_draws(arch, capture
 @pytest.mark.cuda
 @pytest.mark.parametrize("arch", ZOO)
 def test_on_cuda_compiled_prediction_is_the_plain_one_on_the_same_draws(arch):
-    from bnn_zoo.sampling import predict
+    from bnn_zoo.core.predictive import predict
 
     model, guide, x, _ = on_cuda(*pair(arch))
     with pyro.settings.context(module_local_params=True):

@@ -5,10 +5,10 @@ from conftest import ZOO, example_batch, tiny_config
 from pyro.infer import Trace_ELBO
 
 from bnn_zoo import load, predict
-from bnn_zoo.checkpoint import CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT, digest, save_atomic, save_bayes, save_twin
-from bnn_zoo.calibration import CUTS
-from bnn_zoo.errors import CheckpointError, ConfigError
-from bnn_zoo.factory import build_from_config, twin_from_config
+from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT, digest, save_atomic, save_bayes, save_twin
+from bnn_zoo.abstain.certify import CUTS
+from bnn_zoo.core.errors import CheckpointError, ConfigError
+from bnn_zoo.runs.factory import build_from_config, twin_from_config
 
 LEARNED = {"model.prior": "scale_mixture", "model.learn_prior": True, "model.noise": "homoscedastic"}
 OPTIONS = {"default": {}, "learned_mixture": LEARNED, "lowrank": {"model.guide": "lowrank"},
@@ -195,11 +195,11 @@ SHIPPED_DATA = {"mnist_mlp": "mnist", "lenet": "mnist", "lenet_fashion": "fashio
 
 @pytest.mark.parametrize("name", list(SHIPPED_DATA))
 def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
-    from bnn_zoo.abstention import DENSITY
-    from bnn_zoo.calibration import density_cuts
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.ladder import posteriors
-    from bnn_zoo.trained import SHIPPED, shipped_names
+    from bnn_zoo.abstain.rule import DENSITY
+    from bnn_zoo.abstain.certify import density_cuts
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.posterior.ladder import posteriors
+    from bnn_zoo.runs.trained import SHIPPED, shipped_names
 
     assert name in shipped_names()
     for path in (SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"):
@@ -272,9 +272,9 @@ def test_loading_on_a_device_this_machine_lacks_says_so(tmp_path):
 def test_a_checkpoint_written_on_cuda_answers_on_the_cpu_and_back(tmp_path):
     """Trained on the GPU, loaded on the CPU (its tensors mapped there), resumed on the CPU and
     loaded on the GPU again: the same weights, the same answers on the same draws."""
-    from bnn_zoo.ladder import posteriors
-    from bnn_zoo.resume import config_for_run
-    from bnn_zoo.train import train
+    from bnn_zoo.posterior.ladder import posteriors
+    from bnn_zoo.runs.resume import config_for_run
+    from bnn_zoo.cli.train import train
 
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), device="cuda", **{"train.epochs": 4, "train.eval_every": 2}))
     on_gpu, on_cpu = load(tmp_path, "cuda"), load(tmp_path, "cpu")

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from bnn_zoo import cli
-from bnn_zoo.errors import CheckpointError, ConfigError, DataError
+from bnn_zoo.cli import options as cli
+from bnn_zoo.core.errors import CheckpointError, ConfigError, DataError
 
 
 @pytest.mark.parametrize("error", [ConfigError("bad config key 'x'"), DataError("MNIST not found"),
@@ -68,7 +68,7 @@ def test_help_texts_say_what_a_user_needs(capsys):
     from omegaconf import OmegaConf
 
     from bnn_zoo import calibrate, evaluate, train
-    from bnn_zoo.config import Config
+    from bnn_zoo.runs.config import Config
 
     for main in (train.main, calibrate.main, evaluate.main):
         with pytest.raises(SystemExit):
@@ -86,7 +86,7 @@ def test_help_texts_say_what_a_user_needs(capsys):
 
 
 def test_a_mistyped_shipped_name_lists_the_shipped_ones(capsys):
-    from bnn_zoo.predict import main
+    from bnn_zoo.cli.predict import main
 
     assert main(["lenett", "x.png"]) == 2
     assert capsys.readouterr().err.strip() == ("error: lenett is neither a run directory nor a shipped posterior "

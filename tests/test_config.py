@@ -8,10 +8,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnn_zoo.checkpoint import stored_config
-from bnn_zoo.config import Config, config_names, load_config, make_config, resolved
-from bnn_zoo.config_checks import pick_device
-from bnn_zoo.errors import CheckpointError, ConfigError
+from bnn_zoo.runs.checkpoint import stored_config
+from bnn_zoo.runs.config import Config, config_names, load_config, make_config, resolved
+from bnn_zoo.runs.checks import pick_device
+from bnn_zoo.core.errors import CheckpointError, ConfigError
 
 
 def test_shipped_configs_load_and_hold_only_differences():

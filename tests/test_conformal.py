@@ -1,10 +1,10 @@
-"""Conformal sets (bnn_zoo.conformal) cover the true class at the promised rate, on any predictor."""
+"""Conformal sets (bnn_zoo.abstain.conformal) cover the true class at the promised rate, on any predictor."""
 import math
 
 import pytest
 import torch
 
-from bnn_zoo.conformal import SCORES, calibrate_sets, class_scores
+from bnn_zoo.abstain.conformal import SCORES, calibrate_sets, class_scores
 
 
 def draws(n: int, generator: torch.Generator, classes: int = 10, overconfidence: float = 2.0):
@@ -95,7 +95,7 @@ def test_sets_on_a_trained_posterior_cover_fresh_images_at_the_stated_rate(tiny_
     points). (In file order the two parts are not exchangeable: MNIST's test set puts the digits of
     two groups of writers one after the other.)"""
     from bnn_zoo import load, predict
-    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.data.sets import load_torchvision, normalize
 
     trained = load(tiny_run)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)

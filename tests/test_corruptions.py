@@ -1,8 +1,8 @@
-"""MNIST-C's corruptions (bnn_zoo.corruptions): each one what its definition says, seeded."""
+"""MNIST-C's corruptions (bnn_zoo.data.corruptions): each one what its definition says, seeded."""
 import pytest
 import torch
 
-from bnn_zoo.corruptions import CORRUPTIONS, corrupt
+from bnn_zoo.data.corruptions import CORRUPTIONS, corrupt
 
 
 def square(n: int = 4, side: int = 8) -> torch.Tensor:

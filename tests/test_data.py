@@ -3,8 +3,9 @@ import gzip
 import pytest
 import torch
 
-from bnn_zoo import data, ood
-from bnn_zoo.data import DataError
+from bnn_zoo.data import sets as data
+from bnn_zoo.data import ood_sets as ood
+from bnn_zoo.data.sets import DataError
 
 
 def write_idx(path, tensor: torch.Tensor, gz: bool = False):
@@ -104,7 +105,7 @@ def test_missing_mnist_offline_error(tmp_path, monkeypatch):
 def test_a_run_that_finds_no_data_leaves_no_lock_or_folder(tmp_path):
     from conftest import tiny_config
 
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     run_dir = tmp_path / "run"
     with pytest.raises(DataError, match="MNIST not found"):

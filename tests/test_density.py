@@ -6,7 +6,7 @@ from conftest import SMALL, ZOO, example_batch
 from torch import nn
 
 from bnn_zoo import make_twin
-from bnn_zoo.density import FeatureDensity, features, last_linear
+from bnn_zoo.abstain.density import FeatureDensity, features, last_linear
 
 
 def _reference_score(probe, feats, labels):

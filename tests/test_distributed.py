@@ -1,4 +1,4 @@
-"""Training on several ranks (bnn_zoo.distributed): two gloo processes on this CPU."""
+"""Training on several ranks (bnn_zoo.runs.ranks): two gloo processes on this CPU."""
 import gc
 import os
 import signal
@@ -15,11 +15,11 @@ import torch.multiprocessing as mp
 from conftest import tiny_config
 
 from bnn_zoo import load
-from bnn_zoo.checkpoint import CHECKPOINT, read
-from bnn_zoo.distributed import World
-from bnn_zoo.errors import ConfigError, TrainingError
-from bnn_zoo.loop import adam
-from bnn_zoo.phases import BayesPhase, TwinPhase
+from bnn_zoo.runs.checkpoint import CHECKPOINT, read
+from bnn_zoo.runs.ranks import World
+from bnn_zoo.core.errors import ConfigError, TrainingError
+from bnn_zoo.runs.loop import adam
+from bnn_zoo.runs.phases import BayesPhase, TwinPhase
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def _batch(n: int = 10):
 
 
 def _config(kind: str):
-    """A small mnist_mlp; ``traced``: its Bayesian step replayed from a trace (bnn_zoo.capture)."""
+    """A small mnist_mlp; ``traced``: its Bayesian step replayed from a trace (bnn_zoo.core.captured_step)."""
     return tiny_config("mnist_mlp", **{"model.hidden": "[8]", "train.capture": "trace" if kind == "traced" else "eager"})
 
 
@@ -260,7 +260,7 @@ def test_one_process_is_left_as_it_was():
 
 
 def _first_fails(rank: int, port: int, out: str) -> None:
-    from bnn_zoo.errors import DataError
+    from bnn_zoo.core.errors import DataError
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
@@ -331,8 +331,8 @@ def test_leaving_the_ranks_joins_gloo_s_threads(tmp_path, fails):
 
 
 def test_a_training_set_smaller_than_the_ranks_is_refused():
-    from bnn_zoo.data import TensorSet
-    from bnn_zoo.loop import fit
+    from bnn_zoo.data.sets import TensorSet
+    from bnn_zoo.runs.loop import fit
 
     cfg = tiny_config("toy_mlp", **{"train.batch_size": 4})
     with pytest.raises(ConfigError, match="1 training examples cannot be shared among 2 ranks"):

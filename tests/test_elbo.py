@@ -8,8 +8,8 @@ from conftest import SMALL, ZOO, example_batch
 from pyro.infer import ELBO, SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from bnn_zoo import build, make_prior
-from bnn_zoo.elbo import SplitELBO
-from bnn_zoo.priors import PRIORS
+from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.core.priors import PRIORS
 
 
 def _loss_and_grads(elbo, model, guide, x, y, seed=5):

@@ -6,12 +6,12 @@ import pytest
 from conftest import DEVICE, tiny_config
 
 from bnn_zoo import load, predict
-from bnn_zoo.abstention import Rule, abstain, uncertainty
-from bnn_zoo.data import load_torchvision, normalize
-from bnn_zoo.ood import load_notmnist
-from bnn_zoo.evaluate import Cost, Evaluation, InDistribution, main
-from bnn_zoo.ladder import BAYES, TWIN, TWIN_SCALED
-from bnn_zoo.metrics import detection
+from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
+from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.data.ood_sets import load_notmnist
+from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution, main
+from bnn_zoo.posterior.ladder import BAYES, TWIN, TWIN_SCALED
+from bnn_zoo.abstain.metrics import detection
 
 
 def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, capsys):
@@ -91,7 +91,7 @@ def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_
 
 
 def test_evaluate_rejects_a_toy_run(tmp_path, capsys):
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 2}))
     assert main([str(tmp_path)]) == 2
@@ -115,7 +115,7 @@ def test_evaluate_and_calibrate_refuse_unwritable_outputs_before_the_work(certif
 
     from test_files import remount_readonly, tmpfs
 
-    from bnn_zoo.calibrate import main as calibrate_main
+    from bnn_zoo.cli.certify import main as calibrate_main
 
     outside = tmp_path / "outside.json"
     outside.write_text("keep")
@@ -136,7 +136,7 @@ def test_evaluate_and_calibrate_refuse_unwritable_outputs_before_the_work(certif
 def test_evaluation_draws_from_its_seed_and_leaves_the_caller_s_random_stream(certified_run):
     import torch
 
-    from bnn_zoo.evaluate import evaluate_run
+    from bnn_zoo.evaluation.evaluate import evaluate_run
 
     torch.manual_seed(123)
     state = torch.get_rng_state()
@@ -154,8 +154,8 @@ def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certi
     parameter of its name, so a caller's own "locs.net..." would silently replace the run's weights."""
     import torch
 
-    from bnn_zoo.data import normalize
-    from bnn_zoo.evaluate import evaluate_run
+    from bnn_zoo.data.sets import normalize
+    from bnn_zoo.evaluation.evaluate import evaluate_run
 
     clean = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1)
     trained = load(certified_run)
@@ -171,9 +171,9 @@ def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certi
 def test_the_test_figures_hold_the_conformal_sets_coverage_and_size():
     import torch
 
-    from bnn_zoo.abstention import Rule
-    from bnn_zoo.conformal import ConformalSets
-    from bnn_zoo.evaluate import in_distribution
+    from bnn_zoo.abstain.rule import Rule
+    from bnn_zoo.abstain.conformal import ConformalSets
+    from bnn_zoo.evaluation.evaluate import in_distribution
 
     probs = torch.tensor([[[0.7, 0.2, 0.1], [0.4, 0.35, 0.25], [0.1, 0.1, 0.8]]])  # one sample, 3 inputs
     labels = torch.tensor([0, 1, 0])
@@ -189,7 +189,7 @@ def test_aurc_and_augrc_of_a_known_ranking():
     0, 1/4, 1/4, 1/2 (AUGRC, 1/4)."""
     import torch
 
-    from bnn_zoo.evaluate import selective_risks
+    from bnn_zoo.evaluation.evaluate import selective_risks
 
     probs = torch.tensor([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.4, 0.6]]])
     labels = torch.tensor([0, 1, 1, 0])
@@ -201,13 +201,13 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
     """The twin's feature density is fitted on (the first 10,000 of) its training split and scores
     the test set against notMNIST; its sets at 90, 95 and 99% are calibrated on validation and
     measured on the test set (one deterministic prediction: no draws to replay)."""
-    from bnn_zoo.calibrate import validation_set
-    from bnn_zoo.conformal import calibrate_sets
-    from bnn_zoo.data import run_split
-    from bnn_zoo.density import FeatureDensity
-    from bnn_zoo.evaluate import evaluate_run
-    from bnn_zoo.ladder import posteriors
-    from bnn_zoo.results import SetFigures
+    from bnn_zoo.cli.certify import validation_set
+    from bnn_zoo.abstain.conformal import calibrate_sets
+    from bnn_zoo.data.sets import run_split
+    from bnn_zoo.abstain.density import FeatureDensity
+    from bnn_zoo.evaluation.evaluate import evaluate_run
+    from bnn_zoo.posterior.ladder import posteriors
+    from bnn_zoo.evaluation.results import SetFigures
 
     result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2)
     trained = load(certified_run, DEVICE)
@@ -231,8 +231,8 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
 def test_overlaid_digits_are_handled_when_refused_or_answered_with_both():
     import torch
 
-    from bnn_zoo.conformal import ConformalSets
-    from bnn_zoo.evaluate import handled_overlaid
+    from bnn_zoo.abstain.conformal import ConformalSets
+    from bnn_zoo.evaluation.evaluate import handled_overlaid
 
     probs = torch.tensor([[[0.5, 0.45, 0.05], [0.9, 0.05, 0.05], [0.1, 0.1, 0.8]]])  # one sample, 3 inputs
     pairs = torch.tensor([[0, 1], [0, 1], [1, 0]])

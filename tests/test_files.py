@@ -4,8 +4,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from bnn_zoo.errors import StorageError
-from bnn_zoo.files import check_writable, make_folder, open_lock, read_json, write_atomic
+from bnn_zoo.core.errors import StorageError
+from bnn_zoo.runs.files import check_writable, make_folder, open_lock, read_json, write_atomic
 
 
 @contextmanager

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from bnn_zoo.laplace import KFACLaplace, LastLayerLaplace
-from bnn_zoo.likelihoods import Categorical
-from bnn_zoo.sgmcmc import CyclicalSGMCMC
-from bnn_zoo.swag import SWAG
-from bnn_zoo.twin import Twin
+from bnn_zoo.posterior.laplace import KFACLaplace, LastLayerLaplace
+from bnn_zoo.core.likelihoods import Categorical
+from bnn_zoo.posterior.sgmcmc import CyclicalSGMCMC
+from bnn_zoo.posterior.swag import SWAG
+from bnn_zoo.core.twin import Twin
 
 
 def logistic(classes: int = 3, inputs: int = 4, seed: int = 0):
@@ -96,7 +96,7 @@ def test_cyclical_sg_mcmc_keeps_its_samples_from_each_cycle_s_cooling():
 
 @pytest.mark.parametrize("kind", [LastLayerLaplace, KFACLaplace])
 def test_a_laplace_posterior_is_for_classifiers(kind):
-    from bnn_zoo.likelihoods import Gaussian
+    from bnn_zoo.core.likelihoods import Gaussian
 
     twin = Twin(nn.Sequential(nn.Linear(1, 3), nn.Tanh(), nn.Linear(3, 1)), Gaussian())
     with pytest.raises(ValueError, match="for classifiers"):

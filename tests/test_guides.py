@@ -10,9 +10,9 @@ from pyro.infer import Predictive
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
 
 from bnn_zoo import build, load, predict
-from bnn_zoo.data import normalize
-from bnn_zoo.guides import GUIDES, DirectAutoNormal, make_guide
-from bnn_zoo.trained import SHIPPED
+from bnn_zoo.data.sets import normalize
+from bnn_zoo.core.guides import GUIDES, DirectAutoNormal, make_guide
+from bnn_zoo.runs.trained import SHIPPED
 
 
 def _weights(trace) -> dict:

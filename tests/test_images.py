@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bnn_zoo.images import FORMATS, load_image
+from bnn_zoo.data.images import FORMATS, load_image
 
 
 def test_load_image_converts_to_white_on_black(tmp_path):
@@ -39,7 +39,7 @@ def test_a_drawing_anywhere_on_the_canvas_reads_as_mnist_draws_its_digits(seven,
 
 
 def test_images_of_28_by_28_come_out_unchanged(shared_data, tmp_path):
-    from bnn_zoo.data import load_torchvision
+    from bnn_zoo.data.sets import load_torchvision
 
     images = load_torchvision("mnist", str(shared_data), train=False, download=False)[0][:200]
     for i, digit in enumerate(images):

@@ -7,11 +7,11 @@ import torch
 from conftest import NO_MNIST, SHARED_DATA, SMALL, ZOO, example_batch, tiny_config
 
 from bnn_zoo import build, load, make_twin, predict
-from bnn_zoo.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
-from bnn_zoo.cost import Cost
-from bnn_zoo.data import load_splits
-from bnn_zoo.errors import CheckpointError, ConfigError
-from bnn_zoo.ladder import (
+from bnn_zoo.runs.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
+from bnn_zoo.runs.cost import Cost
+from bnn_zoo.data.sets import load_splits
+from bnn_zoo.core.errors import CheckpointError, ConfigError
+from bnn_zoo.posterior.ladder import (
     BAYES,
     HMC,
     TWIN,
@@ -23,7 +23,7 @@ from bnn_zoo.ladder import (
     VariationalPosterior,
     posteriors,
 )
-from bnn_zoo.train import config_for_run, train
+from bnn_zoo.cli.train import config_for_run, train
 
 
 def twin_of(arch, dropout=0.0, seed=0):
@@ -98,7 +98,7 @@ def test_a_scaled_twin_divides_its_logits_by_the_temperature(arch):
 def test_a_guide_s_features_are_the_network_s_at_the_posterior_mean(arch):
     """The penultimate features of a guide's rung are those of the plain network holding the
     guide's means (its median), and a twin's those of the twin; HMC and mixtures have none."""
-    from bnn_zoo.density import features
+    from bnn_zoo.abstain.density import features
 
     model, guide = build(arch, num_data=100, hidden=SMALL[arch], init_scale=0.1)
     x, _ = example_batch(arch, 5)
@@ -276,9 +276,9 @@ def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensemb
     """The command line's answer is the certified rule applied to that posterior's draws."""
     from PIL import Image
 
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.images import load_image
-    from bnn_zoo.predict import main
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.data.images import load_image
+    from bnn_zoo.cli.predict import main
 
     run_dir, _ = ensembles["mnist_mlp"]
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
@@ -298,7 +298,7 @@ def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensemb
 
 
 def test_predict_names_the_posteriors_a_run_holds(ensembles, capsys):
-    from bnn_zoo.predict import main
+    from bnn_zoo.cli.predict import main
 
     run_dir, _ = ensembles["mnist_mlp"]
     assert main([str(run_dir), "x.png", "--posterior", HMC]) == 2

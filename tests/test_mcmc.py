@@ -2,7 +2,7 @@ import pyro
 import torch
 
 from bnn_zoo import build, predict
-from bnn_zoo.mcmc import nuts_posterior
+from bnn_zoo.core.nuts import nuts_posterior
 
 
 def _toy():

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from bnn_zoo.metrics import detection, expected_calibration_error, fpr_at_95_tpr, reliability_bins
+from bnn_zoo.abstain.metrics import detection, expected_calibration_error, fpr_at_95_tpr, reliability_bins
 
 
 def test_auroc_is_the_probability_an_ood_input_scores_higher():

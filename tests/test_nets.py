@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from bnn_zoo.nets import MLP, LeNet5
+from bnn_zoo.core.nets import MLP, LeNet5
 
 
 def test_lenet5_has_the_classic_shape():

@@ -3,9 +3,9 @@ import torch
 from PIL import Image
 from test_data import write_idx
 
-from bnn_zoo.data import load_torchvision
-from bnn_zoo.errors import DataError
-from bnn_zoo.ood import NEAR, centred, font_files, load_notmnist, ood_images, overlaid_digits, white_noise
+from bnn_zoo.data.sets import load_torchvision
+from bnn_zoo.core.errors import DataError
+from bnn_zoo.data.ood_sets import NEAR, centred, font_files, load_notmnist, ood_images, overlaid_digits, white_noise
 
 
 @pytest.mark.parametrize("name", NEAR)

@@ -11,15 +11,15 @@ from conftest import NO_MNIST, tiny_config
 from PIL import Image
 
 from bnn_zoo import load
-from bnn_zoo.config import make_config, resolved
-from bnn_zoo.config_checks import check_network_fits
-from bnn_zoo.data import load_splits, validation_split, with_found
-from bnn_zoo.errors import DataError
-from bnn_zoo.evaluate import evaluate_run
-from bnn_zoo.ladder import posteriors
-from bnn_zoo.own_data import SPLIT_SEED, Found, read_own
-from bnn_zoo.predict import main as predict_main
-from bnn_zoo.train import train
+from bnn_zoo.runs.config import make_config, resolved
+from bnn_zoo.runs.checks import check_network_fits
+from bnn_zoo.data.sets import load_splits, validation_split, with_found
+from bnn_zoo.core.errors import DataError
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.posterior.ladder import posteriors
+from bnn_zoo.data.own import SPLIT_SEED, Found, read_own
+from bnn_zoo.cli.predict import main as predict_main
+from bnn_zoo.cli.train import train
 
 NAMES = {0: "zero", 1: "one", 7: "seven"}
 
@@ -34,8 +34,8 @@ def pngs(tmp_path_factory):
     train/CLASS and test/CLASS folders; and 30 notMNIST letters in a folder of their own."""
     from conftest import SHARED_DATA
 
-    from bnn_zoo.data import load_torchvision
-    from bnn_zoo.ood import load_notmnist
+    from bnn_zoo.data.sets import load_torchvision
+    from bnn_zoo.data.ood_sets import load_notmnist
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -104,7 +104,7 @@ def _letters(pngs, data):
 
 
 def test_the_page_answers_a_folder_run_with_its_statistics_and_class_names(folder_run):
-    from bnn_zoo.serve_answers import Answerer
+    from bnn_zoo.page.answers import Answerer
 
     pixels = torch.zeros(28, 28, dtype=torch.uint8)
     pixels[4:24, 13:15] = 255  # a one
@@ -124,8 +124,8 @@ def test_the_page_reads_an_upload_as_the_folder_run_read_its_images(folder_run):
 
     from starlette.testclient import TestClient
 
-    from bnn_zoo.serve import create_app
-    from bnn_zoo.serve_answers import Answerer
+    from bnn_zoo.page.app import create_app
+    from bnn_zoo.page.answers import Answerer
 
     corner = np.zeros((56, 56), dtype=np.uint8)
     corner[2:20, 4:8] = 255  # a stroke in a corner, on a larger canvas
@@ -325,7 +325,7 @@ def test_bad_folders_get_one_line_errors(tmp_path, kind, message, monkeypatch):
 
 def test_hidden_entries_are_no_classes_and_no_images(tmp_path):
     """A thumbnail cache, macOS's .DS_Store and its ._ files are a folder's housekeeping, not data."""
-    from bnn_zoo.folders import class_files, image_files
+    from bnn_zoo.data.folders import class_files, image_files
 
     root = bad_folder(tmp_path, "plain")
     (root / ".thumbnails").mkdir()
@@ -393,7 +393,7 @@ def test_a_class_or_column_name_that_would_rewrite_the_terminal_is_refused(tmp_p
 
 
 def test_bad_settings_and_files_are_named(tmp_path):
-    from bnn_zoo.errors import ConfigError
+    from bnn_zoo.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.name=folder reads your own data; give its folder or file as data.path"):
         make_config({"arch": "lenet", "data": {"name": "folder"}})
@@ -429,7 +429,7 @@ def test_bad_settings_and_files_are_named(tmp_path):
     cfg = with_found(cfg, load_splits(cfg))
     cfg.arch, cfg.model.hidden = "lenet", None
     with pytest.raises(ValueError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
-        from bnn_zoo.factory import build_from_config
+        from bnn_zoo.runs.factory import build_from_config
         build_from_config(cfg, 10)
 
 
@@ -483,7 +483,7 @@ def test_uint8_image_tensors_train_lenet_as_images(tmp_path):
 
 
 def test_a_network_that_cannot_take_the_data_stops_before_the_run_directory(tmp_path):
-    from bnn_zoo.errors import ConfigError
+    from bnn_zoo.core.errors import ConfigError
 
     x, y = flowers(60)
     torch.save({"x": x, "y": y}, tmp_path / "d.pt")
@@ -514,7 +514,7 @@ def test_a_train_folder_without_a_test_folder_is_named(tmp_path):
 
 
 def test_two_ood_sets_of_one_name_are_refused(folder_run, pngs):
-    from bnn_zoo.errors import ConfigError
+    from bnn_zoo.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="the OOD set name 'letters' is given twice"):
         evaluate_run(folder_run, num_samples=2, ood=("letters", f"letters={pngs / 'letters'}"), ood_size=5)
@@ -529,9 +529,9 @@ def test_an_eps_named_png_is_refused_by_every_path_without_a_program(folder_run,
     from PIL import EpsImagePlugin
     from starlette.testclient import TestClient
 
-    from bnn_zoo.evaluate import ood_inputs
-    from bnn_zoo.serve import create_app
-    from bnn_zoo.serve_answers import Answerer
+    from bnn_zoo.evaluation.evaluate import ood_inputs
+    from bnn_zoo.page.app import create_app
+    from bnn_zoo.page.answers import Answerer
 
     def no_program(*args, **kwargs):
         raise AssertionError("an outside program was started")
@@ -555,9 +555,9 @@ def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, t
 
     from starlette.testclient import TestClient
 
-    from bnn_zoo.inputs import image_inputs
-    from bnn_zoo.serve import create_app
-    from bnn_zoo.serve_answers import Answerer
+    from bnn_zoo.data.inputs import image_inputs
+    from bnn_zoo.page.app import create_app
+    from bnn_zoo.page.answers import Answerer
 
     rgba = np.zeros((28, 28, 4), dtype=np.uint8)
     rgba[6:22, 12:16] = (20, 20, 20, 255)  # a dark stroke on nothing
@@ -568,5 +568,5 @@ def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, t
     found = client.post(f"/api/answer?model={folder_run}&samples=2", content=(tmp_path / "stroke.png").read_bytes()).json()
     pixels = torch.tensor(found["pixels"], dtype=torch.uint8)
     assert pixels[0, 0] == 255 and pixels[10, 13] == 20  # white paper under a dark stroke
-    from bnn_zoo.inputs import pixel_inputs
+    from bnn_zoo.data.inputs import pixel_inputs
     assert torch.equal(pixel_inputs(trained.config, pixels[None]), x)

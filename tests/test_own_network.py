@@ -1,4 +1,4 @@
-"""Any network by name (arch: package.module:factory, bnn_zoo.zoo): trained, stored, loaded and
+"""Any network by name (arch: package.module:factory, bnn_zoo.core.architectures): trained, stored, loaded and
 refused the way the registered recipes are."""
 import os
 import sys
@@ -9,10 +9,10 @@ import torch
 from conftest import NO_MNIST, SHARED_DATA, tiny_config
 
 from bnn_zoo import load
-from bnn_zoo.checkpoint import CHECKPOINT, read
-from bnn_zoo.resume import config_for_run
-from bnn_zoo.errors import CheckpointError, ConfigError
-from bnn_zoo.zoo import architecture, make_net
+from bnn_zoo.runs.checkpoint import CHECKPOINT, read
+from bnn_zoo.runs.resume import config_for_run
+from bnn_zoo.core.errors import CheckpointError, ConfigError
+from bnn_zoo.core.architectures import architecture, make_net
 
 NETS = '''
 from torch import nn
@@ -68,7 +68,7 @@ def test_the_check_of_a_factory_s_outputs_leaves_the_network_as_it_was_made(own_
 def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_path):
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     run_dir = tmp_path / "run"
     cfg = tiny_config(f"{own_nets}:small_cnn", **{"model.kwargs": "{width: 3}", "run_dir": str(run_dir),
@@ -78,7 +78,7 @@ def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_
     assert stored["arch"] == "own_nets:small_cnn" and stored["model"]["kwargs"] == {"width": 3}
     trained = load(run_dir)
     assert trained.twin.net[0].out_channels == 3 and "net.0.weight" in trained.guide.median()
-    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.data.sets import load_torchvision, normalize
 
     images, labels = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     with torch.no_grad():  # the loaded twin is the trained one: its test figure again
@@ -134,7 +134,7 @@ def test_a_module_that_fails_to_import_is_one_line(tmp_path, monkeypatch):
 
 
 def test_a_run_of_a_network_by_name_goes_to_runs_slash_its_factory(own_nets):
-    from bnn_zoo.config import resolved
+    from bnn_zoo.runs.config import resolved
 
     assert resolved(config_for_run(None, [f"arch={own_nets}:small_cnn"])).run_dir == "runs/small_cnn"
 
@@ -145,9 +145,9 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     import yaml
 
     from bnn_zoo import trust, trust_list
-    from bnn_zoo.checkpoint import save_atomic
-    from bnn_zoo.resume import config_for_run
-    from bnn_zoo.train import train
+    from bnn_zoo.runs.checkpoint import save_atomic
+    from bnn_zoo.runs.resume import config_for_run
+    from bnn_zoo.cli.train import train
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -240,8 +240,8 @@ def test_a_loader_named_as_a_network_is_refused_before_it_runs_anything(arch, kw
     file.write_bytes(pickle.dumps(Payload(str(marker))))
     kwargs = {k: v.format(marker=marker) if isinstance(v, str) else v for k, v in kwargs.items()}
     kwargs = {**kwargs, **({"f": str(file)} if arch == "torch:load" else {"file": str(file)} if arch == "numpy:load" else {})}
-    from bnn_zoo.config import make_config, resolved
-    from bnn_zoo.train import train
+    from bnn_zoo.runs.config import make_config, resolved
+    from bnn_zoo.cli.train import train
 
     cfg = resolved(make_config({"arch": arch, "run_dir": str(tmp_path / "run"), "model": {"kwargs": kwargs},
                                 "train": {"epochs": 1, "progress": False}}))
@@ -256,7 +256,7 @@ def test_a_loader_named_as_a_network_is_refused_before_it_runs_anything(arch, kw
 def test_an_installed_network_builds_under_the_guard():
     import torchvision
 
-    from bnn_zoo.network_names import build_network, import_factory
+    from bnn_zoo.core.network_names import build_network, import_factory
 
     net = build_network("torchvision.models:resnet18", import_factory("torchvision.models:resnet18"), {"num_classes": 3})
     assert isinstance(net, torchvision.models.ResNet) and net.fc.out_features == 3
@@ -298,7 +298,7 @@ def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_ne
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     run_dir = tmp_path / "handed"
     train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
@@ -323,7 +323,7 @@ def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_ne
 
 def test_a_network_that_cannot_be_built_leaves_nothing_and_is_not_trusted(own_nets, tmp_path, monkeypatch):
     from bnn_zoo import trust_list
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     (tmp_path / "run").mkdir()  # a folder of your own, where the run would go
@@ -344,7 +344,7 @@ def test_the_trust_list_survives_a_shared_umask_concurrent_writers_and_bad_bytes
     finally:
         os.umask(old)
     assert trust_list.trusted() == ['{"arch": "a:net", "kwargs": {}}']
-    code = "import sys; from bnn_zoo.trust_list import trust; trust(f'n{sys.argv[1]}:net', {})"
+    code = "import sys; from bnn_zoo.runs.trust_list import trust; trust(f'n{sys.argv[1]}:net', {})"
     started = [subprocess.Popen([sys.executable, "-c", code, str(i)]) for i in range(8)]
     assert all(p.wait(timeout=120) == 0 for p in started)
     assert sorted(trust_list.trusted()) == sorted(['{"arch": "a:net", "kwargs": {}}',
@@ -366,11 +366,11 @@ def test_python_m_bnn_zoo_trust_warns_of_nothing(tmp_path):
 
 
 def test_a_forged_checkpoint_naming_python_s_own_library_is_not_offered_trust(tmp_path):
-    from bnn_zoo.trust_list import check_trusted
+    from bnn_zoo.runs.trust_list import check_trusted
 
     with pytest.raises(CheckpointError) as err:
         check_trusted({"arch": "os:system", "model": {"kwargs": {"command": "ls"}}}, tmp_path / "checkpoint.pt")
     assert str(err.value) == (f"{tmp_path / 'checkpoint.pt'} names os:system, which is no network (os:system: os is "
                               "Python's own library, not a network; name a factory of your own); bnn-zoo never stores "
                               "such a name: the file was forged or edited; use the run it came from")
-    assert "bnn_zoo.trust" not in str(err.value)
+    assert "bnn_zoo.cli.trust" not in str(err.value)

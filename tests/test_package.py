@@ -17,9 +17,9 @@ def state():
             "validation": pyro.infer.util.is_validation_enabled(), "dtype": str(torch.get_default_dtype()),
             "param_store": len(pyro.get_param_store())}
 before = state()
-import bnn_zoo, bnn_zoo.train, bnn_zoo.predict, bnn_zoo.plots, bnn_zoo.mcmc
+import bnn_zoo, bnn_zoo.cli.train, bnn_zoo.predict, bnn_zoo.evaluation.plots, bnn_zoo.core.nuts
 pyplot = "matplotlib.pyplot" in sys.modules
-import bnn_zoo.evaluate, bnn_zoo.reports  # torchmetrics, which they use, imports pyplot itself
+import bnn_zoo.evaluation.evaluate, bnn_zoo.evaluation.rejection  # torchmetrics, which they use, imports pyplot itself
 after = state()
 print(json.dumps({"same": before == after, "pyplot": pyplot,
                   "diff": {k: (before[k], after[k]) for k in before if before[k] != after[k]}}))

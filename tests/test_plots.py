@@ -3,7 +3,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bnn_zoo import plots
+from bnn_zoo.evaluation import plots
 
 
 def _png(path):

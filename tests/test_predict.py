@@ -11,14 +11,14 @@ from conftest import DEVICE, SHARED_DATA
 from PIL import Image
 
 from bnn_zoo import predict
-from bnn_zoo.predict import main
+from bnn_zoo.cli.predict import main
 
 
 def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
-    from bnn_zoo.abstention import abstain
-    from bnn_zoo.trained import load
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.images import load_image
+    from bnn_zoo.abstain.rule import abstain
+    from bnn_zoo.runs.trained import load
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.data.images import load_image
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
@@ -47,10 +47,10 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
 
 
 def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
-    from bnn_zoo.abstention import uncertainty
-    from bnn_zoo.trained import load
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.images import load_image
+    from bnn_zoo.abstain.rule import uncertainty
+    from bnn_zoo.runs.trained import load
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.data.images import load_image
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     files = []
@@ -82,7 +82,7 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
 
 
 def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared_data, tmp_path, capsys):
-    from bnn_zoo.data import load_torchvision
+    from bnn_zoo.data.sets import load_torchvision
 
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
@@ -127,7 +127,7 @@ def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(ti
     assert main(["./lenet", "grey.png", "--json", "--samples", "10"]) == 0
     folder = capsys.readouterr()
     assert folder.err == "" and json.loads(folder.out)[0]["uncertainty_bits"] != json.loads(shipped.out)[0]["uncertainty_bits"]
-    from bnn_zoo.calibrate import main as calibrate_main
+    from bnn_zoo.cli.certify import main as calibrate_main
 
     assert calibrate_main(["lenet"]) == 2
     assert capsys.readouterr().err == ("error: lenet is a shipped posterior, certified as it shipped; calibrate a run "
@@ -135,7 +135,7 @@ def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(ti
 
 
 def test_predict_cli_answers_the_good_files_beside_a_huge_one(shared_data, tmp_path, capsys):
-    from bnn_zoo.data import load_torchvision
+    from bnn_zoo.data.sets import load_torchvision
 
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")

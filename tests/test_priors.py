@@ -6,7 +6,7 @@ from conftest import SMALL, ZOO, example_batch
 from pyro.infer import TraceMeanField_ELBO
 
 from bnn_zoo import build
-from bnn_zoo.priors import PRIORS, GaussianPrior, ScaleMixturePrior, make_prior
+from bnn_zoo.core.priors import PRIORS, GaussianPrior, ScaleMixturePrior, make_prior
 
 
 def test_gaussian_prior_is_one_event_over_the_weight():

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from conftest import ZOO, example_batch
 
 from bnn_zoo import LocalReparameterization, build, predict
-from bnn_zoo.elbo import SplitELBO
+from bnn_zoo.core.elbo import SplitELBO
 
 HIDDEN = {"toy_mlp": [32], "mnist_mlp": [32], "lenet": None}
 

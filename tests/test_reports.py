@@ -7,11 +7,11 @@ from conftest import DEVICE
 from PIL import Image
 
 from bnn_zoo import load, predict
-from bnn_zoo.abstention import abstain
-from bnn_zoo.data import load_torchvision, normalize
-from bnn_zoo.ood import white_noise
-from bnn_zoo.ladder import BAYES, TWIN
-from bnn_zoo.reports import refusal_curve, rejection_report, script_main
+from bnn_zoo.abstain.rule import abstain
+from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.data.ood_sets import white_noise
+from bnn_zoo.posterior.ladder import BAYES, TWIN
+from bnn_zoo.evaluation.rejection import refusal_curve, rejection_report, script_main
 
 
 def test_refusal_curve_counts_inputs_below_each_threshold():

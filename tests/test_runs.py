@@ -8,10 +8,10 @@ import pytest
 from conftest import tiny_config
 
 from bnn_zoo import load
-from bnn_zoo.checkpoint import CHECKPOINT, TWIN_CHECKPOINT
-from bnn_zoo.errors import ConfigError, DataError, StorageError
-from bnn_zoo.runs import claim, existing_run, write_atomic
-from bnn_zoo.train import config_for_run, train
+from bnn_zoo.runs.checkpoint import CHECKPOINT, TWIN_CHECKPOINT
+from bnn_zoo.core.errors import ConfigError, DataError, StorageError
+from bnn_zoo.runs.run_dir import claim, existing_run, write_atomic
+from bnn_zoo.cli.train import config_for_run, train
 
 TOY = {"train.epochs": 4, "train.eval_every": 2}
 
@@ -49,7 +49,7 @@ def test_one_process_at_a_time_trains_into_a_folder(tmp_path):
 
 
 def test_a_killed_process_releases_its_run_directory(tmp_path):
-    code = ("import sys, time\nfrom pathlib import Path\nfrom bnn_zoo.runs import claim\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom bnn_zoo.runs.run_dir import claim\n"
             "with claim(Path(sys.argv[1])):\n    print('claimed', flush=True)\n    time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "claimed"
@@ -76,7 +76,7 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 
 def test_a_crash_mid_training_leaves_a_checkpoint_that_resumes(tmp_path):
     """kill -9 in the middle of a run: the checkpoint of the last evaluated epoch is whole."""
-    code = ("import sys\nfrom bnn_zoo.train import main\n"
+    code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
             "sys.exit(main(['toy_mlp', 'train.epochs=100000', 'train.eval_every=200', 'train.progress=false',"
             f" 'run_dir={tmp_path}']))")
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -141,7 +141,7 @@ def test_every_members_config_is_checked_before_the_first_trains(tmp_path):
 
 def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
     """kill -9 while member 2 trains (before or after its first checkpoint), then resume=RUN."""
-    code = ("import sys\nfrom bnn_zoo.train import main\n"
+    code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
             "sys.exit(main(['toy_mlp', 'train.members=3', 'train.epochs=400', 'train.eval_every=100',"
             f" 'train.progress=false', 'train.test_samples=6', 'run_dir={tmp_path}']))")
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

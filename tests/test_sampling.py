@@ -8,7 +8,7 @@ from conftest import SMALL, ZOO, example_batch
 from torch import nn
 
 from bnn_zoo import bayesian, build, make_net, predict
-from bnn_zoo.sampling import evaluating, fill_predictions, sample_chunks
+from bnn_zoo.core.predictive import evaluating, fill_predictions, sample_chunks
 
 
 @pytest.mark.parametrize("arch", ZOO)
@@ -136,7 +136,7 @@ def test_predict_says_what_shape_the_model_takes(shape, said):
 def test_a_network_that_takes_other_shapes_takes_them_and_the_check_costs_nothing_at_its_own(monkeypatch):
     """The shape a model ran on is known (its guide's first trace); another is tried on the meta
     device, where a network that pools to any size takes it; the known one is tried at no cost."""
-    import bnn_zoo.sampling as sampling
+    import bnn_zoo.core.predictive as sampling
 
     net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
     model, guide = bayesian(net, num_data=10)
@@ -175,7 +175,7 @@ def test_a_guide_or_samples_of_another_network_are_named():
         predict(wide, samples, x, 2)
     assert str(err.value) == ("the weight samples and the model do not match (site net.layers.1.weight is [16, 784] "
                               "where the model's weight is [32, 784]): pass samples drawn for this model, not another "
-                              "network's (bnn_zoo.mcmc.nuts_posterior)")
+                              "network's (bnn_zoo.core.nuts.nuts_posterior)")
 
 
 def test_evaluating_sets_eval_mode_keeps_dropout_sampling_when_asked_and_restores_the_mode():

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from bnn_zoo import load, predict
-from bnn_zoo.data import load_torchvision, normalize
-from bnn_zoo.ladder import BAYES, TWIN
-from bnn_zoo.pruning import posterior_loc_scale
-from bnn_zoo.reports import rejection_report
+from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.posterior.ladder import BAYES, TWIN
+from bnn_zoo.core.pruning import posterior_loc_scale
+from bnn_zoo.evaluation.rejection import rejection_report
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 SCRIPTS = sorted(p for p in SCRIPTS_DIR.glob("*.py") if not p.name.startswith("_"))  # _child: their helper
@@ -129,17 +129,17 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     same draws), and its weights and rules stay as they were."""
     import shutil
 
-    import bnn_zoo.trained
-    from bnn_zoo.calibrate import certifying, validation_set
-    from bnn_zoo.conformal import calibrate_sets
-    from bnn_zoo.checkpoint import read, save_atomic
-    from bnn_zoo.ladder import sampled_probs
-    from bnn_zoo.sampling import seeded
+    import bnn_zoo.runs.trained
+    from bnn_zoo.cli.certify import certifying, validation_set
+    from bnn_zoo.abstain.conformal import calibrate_sets
+    from bnn_zoo.runs.checkpoint import read, save_atomic
+    from bnn_zoo.posterior.ladder import sampled_probs
+    from bnn_zoo.core.predictive import seeded
 
     shipped = tmp_path / "posteriors"
-    shutil.copytree(bnn_zoo.trained.SHIPPED, shipped)
+    shutil.copytree(bnn_zoo.runs.trained.SHIPPED, shipped)
     script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.trained, "SHIPPED", shipped)
+    monkeypatch.setattr(bnn_zoo.runs.trained, "SHIPPED", shipped)
     monkeypatch.setattr(script, "SHIPPED", shipped)
     before = read(shipped / "mnist_mlp.pt")
     for part in ("bayes", "twin"):
@@ -159,7 +159,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
     assert f"mnist_mlp bayes: thr score <= {expected['bayes'].threshold:.4g} at 99%" in capsys.readouterr().out
     # and the temperature-scaled twin, fitted and certified on the same validation split
-    from bnn_zoo.temperature import fit_temperature
+    from bnn_zoo.abstain.temperature import fit_temperature
 
     with torch.no_grad():
         temperature = fit_temperature(trained.twin.net(x[:1000]), labels[:1000])  # the first fifth of 5,000
@@ -244,7 +244,7 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     results = written["runs"][str(certified_run)]
     assert results["far"] == ["notmnist", "noise", "fashion_mnist"]
     assert results["near"] == ["letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank"]
-    from bnn_zoo.ood import font_files  # the fonts that drew the letters, recorded beside them
+    from bnn_zoo.data.ood_sets import font_files  # the fonts that drew the letters, recorded beside them
 
     assert results["letter_fonts"] == [Path(f).name for f in font_files()] and "DejaVuSans.ttf" in results["letter_fonts"]
     assert f"(letters drawn in {len(font_files())} fonts)" in printed
@@ -348,8 +348,8 @@ def test_scoreboard_refuses_bad_output_and_damaged_metrics_before_the_work(certi
 
 
 def test_export_pngs_writes_the_folder_layout_own_data_reads(shared_data, tmp_path, capsys):
-    from bnn_zoo.config import make_config, resolved
-    from bnn_zoo.own_data import read_own
+    from bnn_zoo.runs.config import make_config, resolved
+    from bnn_zoo.data.own import read_own
 
     out = tmp_path / "pngs"
     assert load_script("export_pngs").main(["fashion_mnist", str(out), "--per-class", "3", "--test-per-class", "2",

@@ -1,4 +1,4 @@
-"""The local page (bnn_zoo.serve): its handlers through Starlette's test client, its command line,
+"""The local page (bnn_zoo.page.app): its handlers through Starlette's test client, its command line,
 what keeps it to itself (serve_guard: other sites, slow clients), and the page as a person uses it,
 in a headless Chromium (skipped where none is installed)."""
 import io
@@ -23,11 +23,11 @@ pytest.importorskip("starlette", reason='the page needs the serve extra: pip ins
 pytest.importorskip("httpx", reason="Starlette's test client needs httpx (the dev extra)")
 from starlette.testclient import TestClient  # noqa: E402
 
-from bnn_zoo.trained import load  # noqa: E402
-from bnn_zoo.images import load_image  # noqa: E402
-from bnn_zoo.predict import main as predict_main  # noqa: E402
-from bnn_zoo.serve import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels, main  # noqa: E402
-from bnn_zoo.serve_guard import allowed_hosts, server  # noqa: E402
+from bnn_zoo.runs.trained import load  # noqa: E402
+from bnn_zoo.data.images import load_image  # noqa: E402
+from bnn_zoo.cli.predict import main as predict_main  # noqa: E402
+from bnn_zoo.page.app import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels, main  # noqa: E402
+from bnn_zoo.page.guard import allowed_hosts, server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +129,11 @@ def test_concurrent_users_get_their_own_answers(client):
 
 
 def test_first_visitors_load_each_model_once_beside_the_answers(monkeypatch):
-    import bnn_zoo.serve_answers
+    import bnn_zoo.page.answers
 
     alone = {m: Answerer(m, "cpu").answer(m, example_pixels("digit"))["samples"] for m in ("lenet", "mnist_mlp")}
     loads = []
-    monkeypatch.setattr(bnn_zoo.serve_answers, "load", lambda name, device: loads.append(name) or load(name, device))
+    monkeypatch.setattr(bnn_zoo.page.answers, "load", lambda name, device: loads.append(name) or load(name, device))
     client = TestClient(create_app(Answerer("lenet", "cpu")), base_url="http://localhost")  # nothing loaded yet
 
     def visit(i):  # page loads (every model's defaults) interleaved with answers
@@ -188,7 +188,7 @@ def test_the_upload_limit_is_a_positive_size(size, capsys):
         f"error: argument --max-upload-mb: {message}, got {size!r} (see --help)"
 
 
-# -- what keeps the page to itself (bnn_zoo.serve_guard) ------------------------------------------
+# -- what keeps the page to itself (bnn_zoo.page.guard) ------------------------------------------
 
 @pytest.mark.parametrize("host, allowed", [("localhost:8000", True), ("127.0.0.1", True), ("[::1]:8000", True),
                                            ("LocalHost:8000", True), ("evil.example", False),
@@ -254,7 +254,7 @@ def running(app, **limits):
 def test_a_slow_upload_does_not_hold_up_the_page(answerer, monkeypatch):
     import httpx
 
-    import bnn_zoo.serve
+    import bnn_zoo.page.app
 
     decoding, release = threading.Event(), threading.Event()
 
@@ -263,7 +263,7 @@ def test_a_slow_upload_does_not_hold_up_the_page(answerer, monkeypatch):
         release.wait(30)
         return load_image(file, **options)
 
-    monkeypatch.setattr(bnn_zoo.serve, "load_image", slow_decode)
+    monkeypatch.setattr(bnn_zoo.page.app, "load_image", slow_decode)
     with running(create_app(answerer)) as (_, port), ThreadPoolExecutor(1) as pool:
         url = f"http://127.0.0.1:{port}/"
         try:
@@ -472,7 +472,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
 
 
 def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path):
-    from bnn_zoo.checkpoint import CHECKPOINT, read, save_atomic
+    from bnn_zoo.runs.checkpoint import CHECKPOINT, read, save_atomic
 
     run = tmp_path / "run"
     shutil.copytree(certified_run, run)
@@ -488,7 +488,7 @@ def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path
 
 def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_run, shared_data, tmp_path, capsys):
     """The page shows the conformal set predict prints for the same image, in the model's class names."""
-    from bnn_zoo.data import load_torchvision
+    from bnn_zoo.data.sets import load_torchvision
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     path = tmp_path / "seven.png"
@@ -508,8 +508,8 @@ def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_
 def test_a_density_gate_says_its_score_in_nats():
     import torch
 
-    from bnn_zoo.abstention import DENSITY, Rule
-    from bnn_zoo.serve_answers import _judged
+    from bnn_zoo.abstain.rule import DENSITY, Rule
+    from bnn_zoo.page.answers import _judged
 
     probs = torch.tensor([[[0.9] + [0.1 / 9] * 9]])
     judged = _judged(probs, Rule(signal=DENSITY, cut=2.0), [str(c) for c in range(10)], torch.tensor([5.0]))

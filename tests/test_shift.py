@@ -1,11 +1,11 @@
-"""The shift alarm (bnn_zoo.shift): a conformal test martingale that sounds at most alpha of the
+"""The shift alarm (bnn_zoo.abstain.shift): a conformal test martingale that sounds at most alpha of the
 time on inputs like the validation inputs, and soon where they are not."""
 import math
 
 import pytest
 import torch
 
-from bnn_zoo.shift import ShiftAlarm
+from bnn_zoo.abstain.shift import ShiftAlarm
 
 
 def test_the_alarm_sounds_at_most_alpha_of_the_time_on_exchangeable_streams_over_many_draws():

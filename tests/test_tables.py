@@ -5,10 +5,10 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from bnn_zoo.data import load_splits, with_found
-from bnn_zoo.errors import DataError
-from bnn_zoo.own_data import MAX_CLASSES, read_own, read_rows
-from bnn_zoo.tables import read_csv, table_columns
+from bnn_zoo.data.sets import load_splits, with_found
+from bnn_zoo.core.errors import DataError
+from bnn_zoo.data.own import MAX_CLASSES, read_own, read_rows
+from bnn_zoo.data.csv_tables import read_csv, table_columns
 
 
 def own(tmp_path, kind, path, arch="mnist_mlp", **overrides):

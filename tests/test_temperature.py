@@ -1,8 +1,8 @@
-"""Temperature scaling (bnn_zoo.temperature) recovers the temperature that miscalibrated a predictor."""
+"""Temperature scaling (bnn_zoo.abstain.temperature) recovers the temperature that miscalibrated a predictor."""
 import pytest
 import torch
 
-from bnn_zoo.temperature import fit_temperature
+from bnn_zoo.abstain.temperature import fit_temperature
 
 
 @pytest.mark.parametrize("overconfidence", [0.5, 1.0, 2.0, 4.0])
@@ -47,9 +47,9 @@ def test_a_trained_twin_scaled_on_validation_has_a_lower_test_nll(tiny_run, shar
     import torch.nn.functional as F
 
     from bnn_zoo import load
-    from bnn_zoo.calibrate import validation_set
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.sampling import evaluating
+    from bnn_zoo.cli.certify import validation_set
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.core.predictive import evaluating
 
     trained = load(tiny_run)
     x_val, y_val = validation_set(trained, str(shared_data))

@@ -10,16 +10,16 @@ import torch
 from conftest import NO_MNIST, SHARED_DATA, tiny_config
 
 from bnn_zoo import load, predict
-from bnn_zoo.checkpoint import CHECKPOINT, HMC_SAMPLES
-from bnn_zoo.config import config_names, resolved
-from bnn_zoo.data import toy_data
-from bnn_zoo.elbo import SplitELBO
-from bnn_zoo.errors import ConfigError, TrainingError
-from bnn_zoo.evaluate import evaluate_run
-from bnn_zoo.plots import variance_parts
-from bnn_zoo.ladder import BAYES
-from bnn_zoo.phases import BayesPhase
-from bnn_zoo.train import config_for_run, main, train
+from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES
+from bnn_zoo.runs.config import config_names, resolved
+from bnn_zoo.data.sets import toy_data
+from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.core.errors import ConfigError, TrainingError
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.evaluation.plots import variance_parts
+from bnn_zoo.posterior.ladder import BAYES
+from bnn_zoo.runs.phases import BayesPhase
+from bnn_zoo.cli.train import config_for_run, main, train
 
 RUN_FILES = ["config.yaml", "checkpoint.pt", "twin.pt", "metrics.json", "training.png"]
 

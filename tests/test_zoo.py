@@ -177,7 +177,7 @@ def test_nuts_on_the_toy_mlp():
 
 @pytest.mark.slow
 def test_nuts_on_a_small_mnist_mlp(shared_data):
-    from bnn_zoo.data import load_torchvision, normalize
+    from bnn_zoo.data.sets import load_torchvision, normalize
 
     images, labels = load_torchvision("mnist", str(shared_data), train=True, download=False)
     x, y = normalize(images[:100]), labels[:100]

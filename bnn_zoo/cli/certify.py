@@ -1,0 +1,247 @@
+"""Certify a trained classifier run's abstention rules on its validation split and store them in
+RUN_DIR/calibration.json, where ``load``, predict, evaluate and the scripts find them: for the
+Bayesian network a two-signal rule (quantile threshold and mutual-information gate), for the
+deterministic twin the same with an entropy gate (a deep ensemble's or MC dropout's gate is the
+Bayesian network's signal: they are sampled too), and for each its conformal prediction sets. A
+lone twin also gets a temperature (``bnn_zoo.abstain.temperature``, fitted on the same split): the
+temperature-scaled twin is one more posterior, certified like the others. Training does this at its end.
+
+Each setting not given comes from the run's config (its ``abstention`` section), so a plain
+``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
+
+Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
+           [--signal mutual_information] [--samples 100] [--alpha 0.01] [--set-score thr]
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pyro
+import torch
+from torch import nn
+
+from . import options as cli
+from ..abstain.rule import DENSITY, SIGNALS
+from ..abstain.certify import NotCertified, certify, check_settings, density_cuts
+from ..abstain.conformal import SCORES as SET_SCORES, calibrate_sets
+from ..runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, PARTS, TWIN, TWIN_SCALED, save_atomic
+from ..runs.trained import Trained, certified_weights, is_shipped, load
+from ..runs.checks import pick_device
+from ..data.sets import run_split
+from ..core.errors import ConfigError
+from ..core.likelihoods import Categorical
+from ..abstain.density import DENSITY_INPUTS, FeatureDensity
+from ..posterior.ladder import posteriors, sampled_probs
+from ..core.predictive import evaluating, seeded
+from ..abstain.temperature import fit_temperature
+from ..runs.files import check_writable, write_atomic
+
+# The share of validation (its first inputs) the twin's temperature is fitted on; the scaled twin is
+# certified on the rest.
+TEMPERATURE_SHARE = 0.2
+
+
+def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's validation split (normalized images on the run's device, labels), never test."""
+    cfg = trained.config
+    if not cfg.data.val_size:
+        raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
+    x, labels = run_split(cfg, "val", data_root)
+    return x.to(trained.device), labels.to(trained.device)
+
+
+def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
+                      signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
+                      alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
+                      data_root: str | None = None, twin_signal: str = "entropy") -> dict:
+    """``certify_trained`` on the run's validation split, written to RUN_DIR/calibration.json with a
+    record of the weights it certified (``load`` refuses it once they change); returns its content.
+    ``twin_signal=DENSITY``: the twin's gate reads its feature density instead of its entropy
+    (``certify_density_gate``; the density goes to RUN_DIR/density.pt)."""
+    if not isinstance(trained.model.likelihood, Categorical):
+        raise ConfigError("abstention rules are for classifiers")
+    check_settings(risk, delta, max_refusal, quantile, signal)
+    if not 0 < alpha < 1 or set_score not in SET_SCORES:
+        raise ValueError(f"alpha must lie in (0, 1) and set_score be one of {', '.join(SET_SCORES)}; got "
+                         f"{alpha} and {set_score!r}")
+    if samples < 1 or twin_signal not in ("entropy", DENSITY):
+        raise ValueError(f"samples must be at least 1 and twin_signal entropy or {DENSITY}, got {samples} and "
+                         f"{twin_signal!r}")
+    check_writable(run_dir)  # a read-only or full folder fails now, not after the sampling
+    x, labels = validation_set(trained, data_root)
+    certified = {CERTIFIED_WEIGHTS: certified_weights(trained),
+                 **certify_trained(trained, x, labels, risk, delta, max_refusal, signal, quantile, samples, alpha,
+                                   set_score, seed)}
+    (Path(run_dir) / DENSITIES).unlink(missing_ok=True)  # a density gate certified before goes with its rule
+    if twin_signal == DENSITY and TWIN in certified:
+        x_train, y_train = run_split(trained.config, "train", data_root, DENSITY_INPUTS)
+        entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
+                                              max_refusal, quantile)
+        certified[TWIN] = {"sets": certified[TWIN]["sets"], **entry}  # its sets stay; the rule is the gated one
+        if density is not None:
+            save_atomic({"densities": {TWIN: density.state()}}, Path(run_dir) / DENSITIES)
+    write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
+    return certified
+
+
+def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, risk: float, delta: float,
+                    max_refusal: float, signal: str = "mutual_information", quantile: float = 0.5,
+                    samples: int = 100, alpha: float = 0.01, set_score: str = "thr", seed: int = 0) -> dict:
+    """Each posterior's certified rule and conformal sets at coverage 1 - ``alpha`` (``set_score``) on
+    validation inputs ``x``, by its name; the temperature-scaled twin's entry holds its temperature.
+    A posterior whose rule cannot be certified gets an ``error`` entry and keeps the quantile rule."""
+    certified, fit = {}, slice(0, certifying(TWIN_SCALED, len(labels)).start)
+    try:
+        if not 0 < fit.stop < len(labels):
+            raise ValueError(f"{len(labels)} validation inputs cannot be split into a part to fit it on and one "
+                             "to certify on")
+        temperature = twin_temperature(trained, x[fit], labels[fit])
+    except ValueError as err:
+        temperature, certified[TWIN_SCALED] = None, {"error": f"no temperature: {err}"}
+    trained = replace(trained, temperature=temperature)  # not the one it may have been loaded with
+    with seeded(seed, trained.device):
+        sampled = sampled_probs(trained, x, samples)
+    generator = torch.Generator().manual_seed(seed)  # aps and raps draw a uniform per input
+    for part, probs in sampled.items():
+        held = certifying(part, len(labels))
+        probs, y = probs[:, held], labels[held]
+        sets = {"sets": calibrate_sets(probs, y, alpha, set_score, generator=generator).to_dict()}
+        try:
+            calibration = certify(probs, y, risk, delta, max_refusal, quantile,
+                                  signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
+            certified[part] = {**calibration.to_dict(), "samples": len(probs), **sets}
+        except NotCertified as err:
+            certified[part] = {"error": str(err), **sets}
+    if TWIN_SCALED in sampled:
+        certified[TWIN_SCALED].update(temperature=trained.temperature, temperature_inputs=fit.stop)
+    return {part: certified[part] for part in PARTS if part in certified}
+
+
+def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch.Tensor, x: torch.Tensor,
+                         labels: torch.Tensor, risk: float, delta: float, max_refusal: float,
+                         quantile: float = 0.5) -> tuple[dict, FeatureDensity | None]:
+    """The twin's rule with a gate on its feature density (fitted on ``x_train``; its cuts from
+    their scores, fixed before validation ``x`` is seen), certified as the other rules are: its
+    calibration.json entry, and the density."""
+    rung = posteriors(trained)[TWIN]
+    feats = rung.features(x_train)
+    if feats is None:
+        return {"error": f"the {rung.label} has no single network to read features from"}, None
+    density = FeatureDensity.fit(feats, y_train)
+    cuts = density_cuts(density.score(feats))
+    probs = rung.predict(x)
+    try:
+        calibration = certify(probs, labels, risk, delta, max_refusal, quantile, DENSITY, cuts=cuts,
+                              density=density.score(rung.features(x)))
+        return {**calibration.to_dict(), "samples": len(probs)}, density
+    except NotCertified as err:
+        return {"error": str(err)}, density
+
+
+def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) -> float | None:
+    """The temperature of the run's twin on validation inputs ``x`` (``fit_temperature``); None where
+    the run has no lone plain twin (none, MC dropout, or a deep ensemble). ValueError where none fits."""
+    twin = trained.twin
+    if twin is None or trained.members or any(isinstance(m, nn.Dropout) for m in twin.modules()):
+        return None
+    with torch.no_grad(), evaluating(twin):
+        logits = torch.cat([twin.net(xb) for xb in x.split(1000)])
+    return fit_temperature(logits, labels)
+
+
+def certifying(part: str, n: int) -> slice:
+    """Which of ``n`` validation inputs certify ``part``: all of them, but for the temperature-scaled
+    twin the ones its temperature was not fitted on (the first ``TEMPERATURE_SHARE`` fit it), so
+    its guarantee holds as the others' do."""
+    return slice(math.ceil(TEMPERATURE_SHARE * n), n) if part == TWIN_SCALED else slice(0, n)
+
+
+SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score")
+
+
+@pyro.settings.context(module_local_params=True)
+def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
+    """``calibrate_trained`` on the run stored in ``run_dir``; settings left out or None come from
+    the run's config (``abstention.risk``, ...), the twin's signal from ``twin_signal``."""
+    if is_shipped(run_dir):
+        raise ConfigError(f"{run_dir} is a shipped posterior, certified as it shipped; calibrate a run directory "
+                          f"(./{run_dir} for a folder of that name)")
+    trained = load(run_dir, pick_device(device))
+    given = {k: v for k, v in settings.items() if v is not None}
+    defaults = {k: trained.config.abstention[k] for k in SETTINGS if k not in given}
+    return calibrate_trained(trained, run_dir, **defaults, **given)
+
+
+def summary(certified: dict) -> str:
+    """One line per model: its rule and what validation said about it."""
+    lines = []
+    for part, c in certified.items():
+        if part == CERTIFIED_WEIGHTS:
+            continue
+        sets, set_line = c.get("sets"), ""
+        if sets:
+            threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
+            set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}"
+        if part == TWIN_SCALED and "sets" not in c:
+            lines.append(f"{part}: none ({c['error']})")
+            continue
+        if "error" in c:
+            lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays{set_line}")
+            continue
+        if "temperature" in c:
+            set_line += f"; temperature {c['temperature']:.4g}"
+
+        r, v = c["rule"], c["validation"]
+        unit = "nats" if r["signal"] == DENSITY else "bits"
+        gate = f", refuse when {r['signal']} > {r['cut']:.4g} {unit}" if r["signal"] else ""
+        missed = "" if v.get("max_refusal_met", True) else (
+            f"; MAX_REFUSAL MISSED: no certified rule refuses at most {c['max_refusal']:.2%}, so this one answers the "
+            "most (train longer, or ask for a higher risk)")
+        lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
+                     f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
+                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){missed}{set_line}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.command_parser("python -m bnn_zoo.calibrate", __doc__)
+    parser.add_argument("run_dir", help="a trained classifier run's directory (python -m bnn_zoo.train ...)")
+    cli.add_sampling_options(parser, samples="the run's abstention.samples")
+    parser.add_argument("--risk", type=float, default=None,
+                        help="largest error rate among accepted inputs (default: the run's abstention.risk)")
+    parser.add_argument("--delta", type=float, default=None,
+                        help="the bound may fail with at most this probability (default: the run's abstention.delta)")
+    parser.add_argument("--max-refusal", type=float, default=None,
+                        help="refuse at most this fraction of validation (default: the run's abstention.max_refusal)")
+    parser.add_argument("--signal", choices=SIGNALS, default=None,
+                        help="the Bayesian network's gate (default: the run's abstention.signal)")
+    parser.add_argument("--quantile", type=float, default=None,
+                        help="quantile of each class's sampled probability (default: the run's abstention.quantile)")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help="conformal sets miss the true class with probability at most alpha "
+                             "(default: the run's abstention.alpha)")
+    parser.add_argument("--set-score", choices=SET_SCORES, default=None,
+                        help="the sets' score (default: the run's abstention.set_score)")
+    parser.add_argument("--twin-signal", choices=("entropy", DENSITY), default="entropy",
+                        help="the twin's gate: its entropy, or its feature density (fitted on the run's first "
+                             f"{DENSITY_INPUTS:,} training images; density.pt)")
+    parser.add_argument("--data-root", default=None, help="data folder (default: the run's)")
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        certified = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
+                              max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
+                              samples=args.samples, alpha=args.alpha, set_score=args.set_score, seed=args.seed,
+                              data_root=args.data_root, twin_signal=args.twin_signal)
+        print(summary(certified))
+        return 0
+
+    return cli.run(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Inputs as a run's network reads them: uint8 28x28 pixels (the OOD sets, the page's drawings)
+and image files, normalized with MNIST's statistics or, for a run on your own data, its own; and
+what its classes are called.
+
+Usage: ``x = image_inputs(trained.config, [Path("new.png")], "new.png"); names = class_names(trained.config)``
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from .sets import CLASS_NAMES, MNIST_MEAN, MNIST_STD, found_of, normalize
+from ..core.errors import DataError
+from .own import read_images
+
+
+def class_names(cfg: DictConfig) -> list[str]:
+    """What each class of a classifier run is called: its data's names, or its class numbers."""
+    d = cfg.data
+    return list(d.classes) if d.classes is not None else CLASS_NAMES.get(d.name, [str(k) for k in range(10)])
+
+
+def pixel_inputs(cfg: DictConfig, images: torch.Tensor) -> torch.Tensor:
+    """uint8 28x28 images [N, 28, 28] (MNIST's format: the OOD sets, the page's drawings) as a
+    run's network sees them; a DataError where the run takes other inputs."""
+    found = found_of(cfg)
+    return normalize(images) if found is None else found.normalize(images.float().unsqueeze(1) / 255.0)
+
+
+def image_inputs(cfg: DictConfig, files: list[Path], where: str) -> torch.Tensor:
+    """Image files (a folder run's kind) read at the run's size and channels, normalized with its
+    statistics (a MNIST run: 28x28 gray, MNIST's)."""
+    found = found_of(cfg)
+    if found is None:
+        return (read_images(files, (28, 28), 1, where) - MNIST_MEAN) / MNIST_STD
+    if len(found.input_shape) != 3 or found.input_shape[0] not in (1, 3):
+        raise DataError(f"this run reads inputs of shape {found.input_shape}, not gray or RGB images: give it files of them")
+    channels, height, width = found.input_shape
+    return found.normalize(read_images(files, (height, width), channels, where))
