@@ -16,12 +16,13 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .core.bnn import BayesianNet, bayesian
 from .abstain.conformal import ConformalSets, calibrate_sets
-from .runs.trained import Trained, load
+from .runs.trained import Trained
+from .runs.loading import load
 from .core.elbo import SplitELBO
 from .core.guides import DirectAutoNormal, make_guide
-from .posterior.ladder import posteriors
+from .runs.trained import posteriors
 from .core.likelihoods import Categorical, Gaussian
-from .core.predictive import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
+from .core.predictive import predict  # bnn_zoo/predict.py is the command line alone
 from .core.priors import GaussianPrior, ScaleMixturePrior, make_prior
 from .core.reparam import LocalReparameterization
 from .abstain.temperature import fit_temperature

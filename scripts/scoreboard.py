@@ -1,6 +1,6 @@
 """The out-of-distribution scoreboard: for each trained classifier run and every posterior it holds
 (its Bayesian network or ensemble, its twin with and without temperature scaling, MC dropout or
-deep ensemble, HMC: bnn_zoo.posterior.ladder), one table (markdown and JSON) and plots. In distribution:
+deep ensemble, HMC: bnn_zoo.posterior), one table (markdown and JSON) and plots. In distribution:
 accuracy, NLL, ECE, refused, accuracy on accepted, AURC, AUGRC, risk at 95% and 99% coverage, the
 certified conformal sets' coverage and size, and sets calibrated on validation at 90, 95 and 99%.
 Per OOD set (the far ones, and the near ones that bnn_zoo.data.ood_sets builds from MNIST test digits and the
@@ -25,11 +25,11 @@ from bnn_zoo.runs.checkpoint import MEMBERS
 from bnn_zoo.core.errors import ConfigError
 from bnn_zoo.evaluation.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run, ood_name
 from bnn_zoo.runs.files import check_writable, make_folder, read_json, write_atomic
-from bnn_zoo.posterior.ladder import BAYES, HMC, TWIN, TWIN_SCALED
+from bnn_zoo.posterior import BAYES, HMC, TWIN, TWIN_SCALED
 from bnn_zoo.evaluation.split_fits import TARGETS
 from bnn_zoo.data.ood_sets import NEAR, font_files
 from bnn_zoo.data.own import OWN_DATA
-from bnn_zoo.runs.trained import load
+from bnn_zoo.runs.loading import load
 from _child import provenance
 
 # (header, shown in percent, the figure): the in-distribution columns, then those per OOD set

@@ -7,12 +7,14 @@ import torch
 from conftest import DEVICE
 
 from bnn_zoo import load, predict
-from bnn_zoo.cli.certify import certify_trained, certifying, main, summary, validation_set
+from bnn_zoo.cli.certify import certify_trained, main, summary, validation_set
+from bnn_zoo.posterior import certifying
 from bnn_zoo.abstain.certify import certify
 from bnn_zoo.abstain.conformal import calibrate_sets
-from bnn_zoo.runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, TWIN_SCALED, read, save_atomic
+from bnn_zoo.posterior import TWIN_SCALED
+from bnn_zoo.runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
 from bnn_zoo.core.errors import CheckpointError, StorageError
-from bnn_zoo.posterior.ladder import posteriors
+from bnn_zoo.runs.trained import posteriors
 from bnn_zoo.core.predictive import evaluating
 from bnn_zoo.abstain.temperature import fit_temperature
 from bnn_zoo.runs.trained import weights_digest

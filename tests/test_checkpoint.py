@@ -198,8 +198,8 @@ def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
     from bnn_zoo.abstain.rule import DENSITY
     from bnn_zoo.abstain.certify import density_cuts
     from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.posterior.ladder import posteriors
-    from bnn_zoo.runs.trained import SHIPPED, shipped_names
+    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.loading import SHIPPED, shipped_names
 
     assert name in shipped_names()
     for path in (SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"):
@@ -272,7 +272,7 @@ def test_loading_on_a_device_this_machine_lacks_says_so(tmp_path):
 def test_a_checkpoint_written_on_cuda_answers_on_the_cpu_and_back(tmp_path):
     """Trained on the GPU, loaded on the CPU (its tensors mapped there), resumed on the CPU and
     loaded on the GPU again: the same weights, the same answers on the same draws."""
-    from bnn_zoo.posterior.ladder import posteriors
+    from bnn_zoo.runs.trained import posteriors
     from bnn_zoo.runs.resume import config_for_run
     from bnn_zoo.cli.train import train
 

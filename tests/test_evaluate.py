@@ -10,7 +10,7 @@ from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.data.ood_sets import load_notmnist
 from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution, main
-from bnn_zoo.posterior.ladder import BAYES, TWIN, TWIN_SCALED
+from bnn_zoo.posterior import BAYES, TWIN, TWIN_SCALED
 from bnn_zoo.abstain.metrics import detection
 
 
@@ -206,7 +206,7 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
     from bnn_zoo.data.sets import run_split
     from bnn_zoo.abstain.density import FeatureDensity
     from bnn_zoo.evaluation.evaluate import evaluate_run
-    from bnn_zoo.posterior.ladder import posteriors
+    from bnn_zoo.runs.trained import posteriors
     from bnn_zoo.evaluation.results import SetFigures
 
     result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2)

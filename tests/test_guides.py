@@ -12,7 +12,7 @@ from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoN
 from bnn_zoo import build, load, predict
 from bnn_zoo.data.sets import normalize
 from bnn_zoo.core.guides import GUIDES, DirectAutoNormal, make_guide
-from bnn_zoo.runs.trained import SHIPPED
+from bnn_zoo.runs.loading import SHIPPED
 
 
 def _weights(trace) -> dict:

@@ -11,18 +11,8 @@ from bnn_zoo.runs.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomi
 from bnn_zoo.runs.cost import Cost
 from bnn_zoo.data.sets import load_splits
 from bnn_zoo.core.errors import CheckpointError, ConfigError
-from bnn_zoo.posterior.ladder import (
-    BAYES,
-    HMC,
-    TWIN,
-    DropoutPosterior,
-    Mixture,
-    PointPosterior,
-    SampledPosterior,
-    ScaledPosterior,
-    VariationalPosterior,
-    posteriors,
-)
+from bnn_zoo.posterior import BAYES, HMC, TWIN, DropoutPosterior, Mixture, PointPosterior, SampledPosterior, ScaledPosterior, VariationalPosterior
+from bnn_zoo.runs.trained import posteriors
 from bnn_zoo.cli.train import config_for_run, train
 
 

@@ -16,7 +16,7 @@ from bnn_zoo.runs.checks import check_network_fits
 from bnn_zoo.data.sets import load_splits, validation_split, with_found
 from bnn_zoo.core.errors import DataError
 from bnn_zoo.evaluation.evaluate import evaluate_run
-from bnn_zoo.posterior.ladder import posteriors
+from bnn_zoo.runs.trained import posteriors
 from bnn_zoo.data.own import SPLIT_SEED, Found, read_own
 from bnn_zoo.cli.predict import main as predict_main
 from bnn_zoo.cli.train import train

@@ -16,7 +16,7 @@ from bnn_zoo.cli.predict import main
 
 def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
     from bnn_zoo.abstain.rule import abstain
-    from bnn_zoo.runs.trained import load
+    from bnn_zoo.runs.loading import load
     from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.data.images import load_image
 
@@ -48,7 +48,7 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
 
 def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     from bnn_zoo.abstain.rule import uncertainty
-    from bnn_zoo.runs.trained import load
+    from bnn_zoo.runs.loading import load
     from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.data.images import load_image
 

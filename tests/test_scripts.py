@@ -13,7 +13,7 @@ import torch
 
 from bnn_zoo import load, predict
 from bnn_zoo.data.sets import load_torchvision, normalize
-from bnn_zoo.posterior.ladder import BAYES, TWIN
+from bnn_zoo.posterior import BAYES, TWIN
 from bnn_zoo.core.pruning import posterior_loc_scale
 from bnn_zoo.evaluation.rejection import rejection_report
 
@@ -133,7 +133,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     from bnn_zoo.cli.certify import certifying, validation_set
     from bnn_zoo.abstain.conformal import calibrate_sets
     from bnn_zoo.runs.checkpoint import read, save_atomic
-    from bnn_zoo.posterior.ladder import sampled_probs
+    from bnn_zoo.runs.trained import sampled_probs
     from bnn_zoo.core.predictive import seeded
 
     shipped = tmp_path / "posteriors"

@@ -17,7 +17,7 @@ from bnn_zoo.core.elbo import SplitELBO
 from bnn_zoo.core.errors import ConfigError, TrainingError
 from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.evaluation.plots import variance_parts
-from bnn_zoo.posterior.ladder import BAYES
+from bnn_zoo.posterior import BAYES
 from bnn_zoo.runs.phases import BayesPhase
 from bnn_zoo.cli.train import config_for_run, main, train
 

@@ -2,7 +2,7 @@
 are (DDU, Mukhoti et al. 2023). A Gaussian per class is fitted to the penultimate features (the
 input of the network's last ``nn.Linear``) of training inputs; an input's score is minus the log
 density of that mixture, so higher means less familiar. It reads one point network: the twin, or
-a Bayesian network at its posterior mean (``bnn_zoo.posterior.ladder``'s ``Posterior.point_network``).
+a Bayesian network at its posterior mean (``bnn_zoo.posterior``'s ``Posterior.point_network``).
 
 Usage::
 

@@ -15,7 +15,6 @@ Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-r
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -28,22 +27,19 @@ from . import options as cli
 from ..abstain.rule import DENSITY, SIGNALS
 from ..abstain.certify import NotCertified, certify, check_settings, density_cuts
 from ..abstain.conformal import SCORES as SET_SCORES, calibrate_sets
-from ..runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, PARTS, TWIN, TWIN_SCALED, save_atomic
-from ..runs.trained import Trained, certified_weights, is_shipped, load
+from ..posterior import KINDS, TWIN, TWIN_SCALED, certifying, held_part
+from ..runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, save_atomic
+from ..runs.trained import Trained, certified_weights
+from ..runs.loading import is_shipped, load
 from ..runs.checks import pick_device
 from ..data.sets import run_split
 from ..core.errors import ConfigError
 from ..core.likelihoods import Categorical
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
-from ..posterior.ladder import posteriors, sampled_probs
+from ..runs.trained import posteriors, sampled_probs
 from ..core.predictive import evaluating, seeded
 from ..abstain.temperature import fit_temperature
 from ..runs.files import check_writable, write_atomic
-
-# The share of validation (its first inputs) the twin's temperature is fitted on; the scaled twin is
-# certified on the rest.
-TEMPERATURE_SHARE = 0.2
-
 
 def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's validation split (normalized images on the run's device, labels), never test."""
@@ -94,7 +90,7 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
     """Each posterior's certified rule and conformal sets at coverage 1 - ``alpha`` (``set_score``) on
     validation inputs ``x``, by its name; the temperature-scaled twin's entry holds its temperature.
     A posterior whose rule cannot be certified gets an ``error`` entry and keeps the quantile rule."""
-    certified, fit = {}, slice(0, certifying(TWIN_SCALED, len(labels)).start)
+    certified, fit = {}, held_part(len(labels))
     try:
         if not 0 < fit.stop < len(labels):
             raise ValueError(f"{len(labels)} validation inputs cannot be split into a part to fit it on and one "
@@ -118,7 +114,7 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
             certified[part] = {"error": str(err), **sets}
     if TWIN_SCALED in sampled:
         certified[TWIN_SCALED].update(temperature=trained.temperature, temperature_inputs=fit.stop)
-    return {part: certified[part] for part in PARTS if part in certified}
+    return {part: certified[part] for part in KINDS if part in certified}
 
 
 def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch.Tensor, x: torch.Tensor,
@@ -151,13 +147,6 @@ def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) ->
     with torch.no_grad(), evaluating(twin):
         logits = torch.cat([twin.net(xb) for xb in x.split(1000)])
     return fit_temperature(logits, labels)
-
-
-def certifying(part: str, n: int) -> slice:
-    """Which of ``n`` validation inputs certify ``part``: all of them, but for the temperature-scaled
-    twin the ones its temperature was not fitted on (the first ``TEMPERATURE_SHARE`` fit it), so
-    its guarantee holds as the others' do."""
-    return slice(math.ceil(TEMPERATURE_SHARE * n), n) if part == TWIN_SCALED else slice(0, n)
 
 
 SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score")

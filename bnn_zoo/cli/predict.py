@@ -1,5 +1,5 @@
 """A command line that answers for a person's own images, or says "I don't know", with any
-posterior a run holds (``bnn_zoo.posterior.ladder``). The sampling itself is ``bnn_zoo.core.predictive.predict``.
+posterior a run holds (``bnn_zoo.posterior``). The sampling itself is ``bnn_zoo.core.predictive.predict``.
 
 Usage::
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Callable
 
@@ -20,27 +19,16 @@ import torch
 
 from . import options as cli
 from ..abstain.rule import DENSITY, SIGNALS, uncertainty
-from ..runs.checkpoint import PARTS
-from ..runs.trained import load, shadowed
+from ..posterior import KINDS
+from ..runs.loading import load, shadowed
 from ..runs.checks import pick_device
 from ..data.sets import found_of, normalize
 from ..data.inputs import class_names, image_inputs
 from ..core.errors import ConfigError, DataError
 from ..data.images import load_image
-from ..posterior.ladder import gate_density, posteriors
+from ..runs.trained import gate_density, posteriors
 from ..core.likelihoods import Categorical
 from ..data.own import ROWS, read_rows
-from ..core.predictive import predict
-
-
-class _CallableModule(types.ModuleType):
-    """Importing this module sets ``bnn_zoo.predict``, the function, to it (as Python binds every
-    submodule on its package): calling it calls that function."""
-
-    __call__ = staticmethod(predict)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--centre", action=argparse.BooleanOptionalAction, default=True,
                         help="fit the ink into 20x20 and centre it by its mass, as MNIST's digits were "
                              "(default; --no-centre: the whole image resized to 28x28)")
-    parser.add_argument("--posterior", choices=PARTS, default="bayes",
+    parser.add_argument("--posterior", choices=list(KINDS), default="bayes",
                         help="which of the run's posteriors answers: bayes (its guide or ensemble of "
                              "guides, the default), twin (MAP, MC dropout or deep ensemble), hmc")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -39,7 +39,7 @@ from ..runs.checks import check_network_fits, pick_device, recipe
 from ..data.sets import TOY_FUNCTIONS, Splits, load_splits, with_found
 from ..runs.ranks import World
 from ..runs.factory import build_from_config
-from ..posterior.ladder import posteriors
+from ..runs.trained import posteriors
 from ..runs.loop import figures, prefixed, train_phase
 from ..core.nuts import nuts_posterior
 from ..core.network_names import imports_beside_you

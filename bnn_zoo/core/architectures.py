@@ -116,6 +116,15 @@ def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:
     return Recipe(make, likelihood, datasets, input_shape)
 
 
+def likelihood_of(name: str, likelihood: Optional[str] = None) -> str:
+    """The likelihood an architecture's outputs have (``categorical`` or ``gaussian``), without
+    building it: a registered recipe's, or a network by name's ``model.likelihood`` (None:
+    categorical)."""
+    if ":" in name:
+        return likelihood or "categorical"
+    return architecture(name).likelihood
+
+
 def _widths(spec: Recipe, hidden: Optional[list[int]]) -> list[int]:
     if hidden is None:
         return list(spec.default_hidden)
@@ -141,7 +150,7 @@ def make_net(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise
 def make_twin(arch: Union[str, Recipe], hidden: Optional[list[int]] = None, noise: str = "fixed",
               noise_scale: float = 1.0, dropout: float = 0.0, target: Optional[list[float]] = None) -> Twin:
     """The deterministic twin: the plain network with its own likelihood (and noise scale); with
-    ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.posterior.ladder.DropoutPosterior`` samples it."""
+    ``dropout`` > 0 it trains with dropout, and ``bnn_zoo.posterior.DropoutPosterior`` samples it."""
     spec = architecture(arch)
     likelihood = make_likelihood(spec.likelihood, None, noise, noise_scale, spec.classes, target)
     twin = Twin(make_net(arch, hidden, noise, dropout), likelihood)

@@ -20,14 +20,14 @@ from torch.func import functional_call
 
 from .bnn import BayesianNet
 from .captured_step import PREDICTIONS_TO_COMPILE, predictive
-from ..data.sets import MNIST_MEAN, MNIST_STD
 from .twin import Twin
 
 WeightSource = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
 # (n, predict_batch): n samples' weights, and what they predict on a batch xb, [n, len(xb), ...]
 Chunk = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
-# Normalized images lie in NORMALIZED_RANGE; inputs beyond IMAGE_LIMIT were not normalized (0..255).
-NORMALIZED_RANGE = ((0 - MNIST_MEAN) / MNIST_STD, (1 - MNIST_MEAN) / MNIST_STD)
+# MNIST's normalized images lie in NORMALIZED_RANGE ((0 - 0.1307) / 0.3081 to (1 - 0.1307) / 0.3081);
+# inputs beyond IMAGE_LIMIT were not normalized (0..255).
+NORMALIZED_RANGE = (-0.42, 2.82)
 IMAGE_LIMIT = 10.0
 GUIDE_FIX = "the guide built with this model, not another network's (bnn_zoo.build and bayesian return the pair)"
 

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..runs.checks import recipe
+from ..core.architectures import likelihood_of
 from ..core.errors import DataError
 from .own import OWN_DATA, Found, read_own
 
@@ -230,7 +230,7 @@ def _own_splits(cfg: DictConfig) -> Splits:
     """Your own data's splits, normalized with the statistics of its training split (the config's,
     where the run already holds them: they must describe the same classes and shapes)."""
     d = cfg.data
-    train, test = read_own(cfg, recipe(cfg).likelihood == "categorical")
+    train, test = read_own(cfg, likelihood_of(cfg.arch, cfg.model.likelihood) == "categorical")
     val_size = d.val_size if d.val_size is not None else len(train.y) // 5
     if val_size >= len(train.y):
         raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")

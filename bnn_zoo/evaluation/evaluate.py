@@ -8,8 +8,6 @@ Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise]
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -18,9 +16,9 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
-from ..cli import options as cli
 from ..abstain.rule import Rule, risk_coverage, uncertainty
-from ..runs.trained import Trained, is_shipped, load, shadowed
+from ..runs.trained import Trained
+from ..runs.loading import load
 from ..runs.checks import pick_device
 from ..abstain.conformal import ConformalSets
 from ..runs.cost import Cost as Measure
@@ -30,12 +28,11 @@ from ..data.folders import image_files
 from ..core.errors import ConfigError, DataError
 from ..core.likelihoods import Categorical
 from ..abstain.metrics import detection, expected_calibration_error
-from ..data.ood_sets import OOD_SETS, ood_images, overlaid_digits
+from ..data.ood_sets import ood_images, overlaid_digits
 from .split_fits import fit_references
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
-from ..posterior.ladder import gate_density, posteriors
+from ..runs.trained import gate_density, posteriors
 from ..core.predictive import seeded
-from ..runs.files import check_writable, write_atomic
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -122,7 +119,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
                  device: str = "auto") -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
-    ``bnn_zoo.posterior.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
+    ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
@@ -198,14 +195,6 @@ def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[
     return pixel_inputs(cfg, images), pairs
 
 
-def ood_name(text: str) -> str:
-    """An --ood entry: a named set, or NAME=FOLDER of images."""
-    name, _, folder = text.partition("=")
-    if name not in OOD_SETS and not (folder and name):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither an OOD set ({', '.join(OOD_SETS)}) nor NAME=FOLDER")
-    return text
-
-
 def _flat(d: dict, prefix: str = "") -> dict:
     """{"a": {"b": 1}} as {"a/b": 1}; a list of figures by coverage target as {"a/0.9/b": ...}."""
     flat = {}
@@ -227,41 +216,3 @@ def table(evaluation: Evaluation) -> str:
     lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>{widths[p]}}" for p in rows)]
     lines += [f"{key:<{width}}  " + "  ".join(f"{cell(row.get(key)):>{widths[p]}}" for p, row in rows.items()) for key in keys]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.command_parser("python -m bnn_zoo.evaluate", __doc__)
-    parser.add_argument("run_dir", help="a trained classifier run's directory (python -m bnn_zoo.train ...), or a shipped "
-                                        "posterior's name: lenet, mnist_mlp, lenet_fashion")
-    cli.add_sampling_options(parser)
-    cli.add_rule_options(parser)
-    cli.add_data_options(parser)
-    parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json; for a shipped name, ./NAME_eval.json)")
-    parser.add_argument("--ood", nargs="*", default=None, type=ood_name,
-                        help=f"OOD sets: {', '.join(OOD_SETS)}, or NAME=FOLDER of images (default: notmnist noise "
-                             "fashion_mnist; a FashionMNIST run: mnist notmnist noise; and the run's data.ood)")
-    args = parser.parse_args(argv)
-
-    def command() -> int:
-        cli.note(shadowed(args.run_dir))
-        shipped = is_shipped(args.run_dir)  # its figures go beside you
-        output = Path(args.output or (f"{args.run_dir}_eval.json" if shipped else Path(args.run_dir) / "eval.json"))
-        if not output.parent.is_dir():  # found out before the work, not after
-            raise ConfigError(f"--output {output}: folder {output.parent} does not exist; create it or "
-                              "write elsewhere")
-        if output.is_symlink() or output.is_dir():
-            raise ConfigError(f"--output {output} is a {'symbolic link' if output.is_symlink() else 'folder'}; "
-                              "give the path of a file to write")
-        check_writable(output.parent)
-        evaluation = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
-                                  args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root,
-                                  args.device)
-        write_atomic(output, json.dumps(evaluation.to_dict(), indent=2))
-        print(table(evaluation))
-        return 0
-
-    return cli.run(command)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,14 +12,14 @@ from pathlib import Path
 import pyro
 import torch
 
-from ..cli import options as cli
 from . import plots
 from ..abstain.rule import Rule, abstain, risk_coverage
 from ..data.inputs import pixel_inputs
 from .evaluate import InDistribution, OODResult, in_distribution, load_for_evaluation, ood_result
 from ..runs.files import write_atomic
 from ..data.ood_sets import ood_images
-from ..posterior.ladder import BAYES, HMC, TWIN, TWIN_SCALED, sampled_probs
+from ..posterior import BAYES, HMC, TWIN, TWIN_SCALED
+from ..runs.trained import sampled_probs
 from ..core.predictive import seeded
 from ..abstain.metrics import reliability_bins
 
@@ -41,7 +41,7 @@ class Refusals:
 
 @dataclass
 class RejectionReport:
-    """``rejection_report``'s result: ``Refusals`` per posterior (bnn_zoo.posterior.ladder's names); its JSON
+    """``rejection_report``'s result: ``Refusals`` per posterior (bnn_zoo.posterior's names); its JSON
     is ``to_dict()``."""
 
     run_dir: str
@@ -131,24 +131,3 @@ def table(report: RejectionReport) -> str:
     lines += [f"{label:<28}" + "".join(f"{100 * figure(r):>14.2f}%" for r in report.posteriors.values())
               for label, figure in rows.items()]
     return "\n".join(lines)
-
-
-def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
-    """The command line shared by the rejection scripts."""
-    parser = cli.command_parser(None, doc)
-    parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
-    parser.add_argument("--out", default=None, help=f"output folder (default RUN_DIR/reject_{ood})")
-    cli.add_sampling_options(parser)
-    cli.add_rule_options(parser)
-    cli.add_data_options(parser)
-    parser.add_argument("--grid", type=cli.count, default=6, help="inputs in the histogram grid")
-    args = parser.parse_args(argv)
-
-    def command() -> int:
-        report = rejection_report(args.run_dir, ood, args.out, args.samples, args.rule, args.quantile, args.threshold,
-                                  args.test_size, args.ood_size, args.grid, args.data_root, args.device,
-                                  args.seed)
-        print(table(report))
-        return 0
-
-    return cli.run(command)

@@ -107,7 +107,7 @@ class Cost:
 class PosteriorResult:
     """One posterior's figures: on the test set, and per OOD set's name."""
 
-    posterior: str  # its label, e.g. "mean-field VI" (bnn_zoo.posterior.ladder)
+    posterior: str  # its label, e.g. "mean-field VI" (bnn_zoo.posterior)
     rule: Rule
     cost: Cost
     test: InDistribution
@@ -125,7 +125,7 @@ class PosteriorResult:
 
 @dataclass
 class Evaluation:
-    """``evaluate_run``'s result: a ``PosteriorResult`` per posterior the run holds (bnn_zoo.posterior.ladder's
+    """``evaluate_run``'s result: a ``PosteriorResult`` per posterior the run holds (bnn_zoo.posterior's
     names), and the OOD sets skipped (name: why). eval.json is ``to_dict()``.
 
     Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors[BAYES].test``

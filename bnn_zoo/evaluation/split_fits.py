@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..abstain.conformal import ConformalSets, calibrate_sets
-from ..cli.certify import certifying
+from ..posterior import certifying
 from ..data.sets import run_split
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..core.errors import DataError
-from ..posterior.ladder import Posterior
+from ..posterior import Posterior
 from ..runs.trained import Trained
 
 TARGETS = (0.9, 0.95, 0.99)  # the coverages the scoreboard's set columns promise
@@ -33,7 +33,7 @@ class References:
 
 def fit_references(trained: Trained, rungs: dict[str, Posterior], num_samples: int, seed: int = 0,
                    root: str | None = None, density_inputs: int = DENSITY_INPUTS) -> References:
-    """The densities and sets of ``rungs`` (``bnn_zoo.posterior.ladder.posteriors(trained)``); a run without a
+    """The densities and sets of ``rungs`` (``bnn_zoo.posteriors(trained)``); a run without a
     validation split has no sets, and missing data leaves both out (with a note on stderr)."""
     refs, cfg = References(), trained.config
     try:

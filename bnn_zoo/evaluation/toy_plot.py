@@ -13,8 +13,9 @@ from omegaconf import DictConfig
 
 from . import plots
 from ..data.sets import TOY_FUNCTIONS, TOY_PLOT_RANGES, Splits
-from ..posterior.ladder import SampledPosterior, posteriors
-from ..runs.trained import load
+from ..posterior import SampledPosterior
+from ..runs.trained import posteriors
+from ..runs.loading import load
 
 
 @torch.no_grad()

@@ -17,10 +17,12 @@ from ..runs.checks import pick_device
 from ..data.sets import found_of
 from ..data.inputs import class_names, pixel_inputs
 from ..core.errors import UserError
-from ..posterior.ladder import Posterior, gate_density, posteriors
+from ..posterior import Posterior
+from ..runs.trained import gate_density, posteriors
 from ..core.likelihoods import Categorical
 from ..core.predictive import seeded
-from ..runs.trained import Trained, load, shipped_names
+from ..runs.trained import Trained
+from ..runs.loading import load, shipped_names
 
 MAX_PAGE_SAMPLES = 1000  # per answer on the page: it answers while a person watches
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..abstain.density import features, last_linear
 from ..core.likelihoods import Categorical
+from .base import register
 from .sampled_weights import WeightSampler, evaluated
 
 PRIOR_PRECISIONS = torch.logspace(-2, 6, 17).tolist()  # the grid the prior precision is chosen on
@@ -47,8 +48,11 @@ def _check_categorical(twin) -> None:
         raise ValueError("the Laplace posteriors here are for classifiers (a categorical likelihood)")
 
 
+@register
 class LastLayerLaplace(WeightSampler):
     """A Gaussian over the last ``nn.Linear``'s weights and bias, the rest at the twin's."""
+
+    name, title, fitted, held_out = "laplace_last_layer", "last-layer Laplace", True, True
 
     label_text = "last-layer Laplace"
 
@@ -124,10 +128,13 @@ def _inputs(layer: nn.Module, a: torch.Tensor) -> torch.Tensor:
     return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], 1)
 
 
+@register
 class KFACLaplace(WeightSampler):
     """A Gaussian over every linear and convolutional layer's weights and bias, each layer's
     precision N (A kron G) + l I: A the second moment of its inputs, G of the gradients at its
     outputs under labels the network draws itself."""
+
+    name, title, fitted, held_out = "laplace_kfac", "K-FAC Laplace", True, True
 
     label_text = "K-FAC Laplace"
 

@@ -12,7 +12,8 @@ import torch
 from torch.func import functional_call, vmap
 
 from ..abstain.density import features
-from .ladder import Posterior
+from .base import Posterior
+from .ensemble import Mixture
 from ..core.predictive import evaluating, sample_chunks
 
 evaluated = evaluating  # the twin in eval mode while it is read
@@ -26,6 +27,17 @@ class WeightSampler(Posterior):
     def __init__(self, twin):
         self.twin = twin
         self.networks = (twin,)
+
+    @classmethod
+    def of_run(cls, trained) -> Posterior | None:
+        """A fitted kind's posterior of a trained run: from the state it stored around its twin, a
+        member's each (an ensemble's mixed: MultiSWAG, say); None where it fitted none."""
+        runs = [trained, *trained.members]
+        states = [run.fitted.get(cls.name) for run in runs]
+        if any(state is None for state in states):
+            return None
+        found = [cls.from_state(run.twin, state) for run, state in zip(runs, states)]
+        return found[0] if len(found) == 1 else Mixture(found, f"ensemble of {len(found)} {found[0].label}")
 
     @staticmethod
     def parameter_name_of(twin, module) -> str:

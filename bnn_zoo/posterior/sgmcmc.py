@@ -13,12 +13,16 @@ import math
 
 import torch
 
+from .base import register
 from .sampled_weights import WeightSampler
 from ..core.predictive import sample_chunks
 
 
+@register
 class CyclicalSGMCMC(WeightSampler):
     """Weight samples of cyclical SGLD; ``predict`` takes ``num_samples`` evenly spaced ones."""
+
+    name, title, fitted = "sgmcmc", "cyclical SG-MCMC", True
 
     label_text = "cyclical SG-MCMC"
 
@@ -28,7 +32,7 @@ class CyclicalSGMCMC(WeightSampler):
         self.label = f"{self.label_text} ({len(samples)} samples)"
 
     @classmethod
-    def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, cycles: int = 4, epochs_per_cycle: int = 2, lr: float = 0.1,
+    def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, x_held=None, y_held=None, cycles: int = 4, epochs_per_cycle: int = 2, lr: float = 0.1,
             batch_size: int = 128, samples_per_cycle: int = 3, explore: float = 0.8, prior_scale: float = 1.0,
             seed: int = 0) -> "CyclicalSGMCMC":
         """``cycles`` cycles of ``epochs_per_cycle`` epochs; the step w -= lr_t grad U_t / N (U the

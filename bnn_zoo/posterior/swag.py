@@ -14,11 +14,15 @@ import math
 import torch
 from torch.optim.swa_utils import AveragedModel
 
+from .base import register
 from .sampled_weights import WeightSampler
 
 
+@register
 class SWAG(WeightSampler):
     """A Gaussian over all the twin's weights from the moments of an SGD run's iterates."""
+
+    name, title, fitted = "swag", "SWAG", True
 
     label_text = "SWAG"
 
@@ -28,7 +32,7 @@ class SWAG(WeightSampler):
         self.label = f"{self.label_text} ({len(deviations)} moments)"
 
     @classmethod
-    def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, epochs: int = 10, lr: float = 0.01, batch_size: int = 128,
+    def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, x_held=None, y_held=None, epochs: int = 10, lr: float = 0.01, batch_size: int = 128,
             moments: int = 20, seed: int = 0) -> "SWAG":
         """``epochs`` of SGD (momentum 0.9) from the twin's weights at learning rate ``lr``, its
         iterates gathered ``moments`` times, evenly; the twin itself is left as it was."""

@@ -26,9 +26,7 @@ HMC_SAMPLES = "hmc.pt"
 CALIBRATION = "calibration.json"  # the certified abstention rules (bnn_zoo.cli.certify)
 CERTIFIED_WEIGHTS = "certified_weights"  # calibration.json's record of the weights it certified
 MEMBERS = "members"  # an ensemble's members 1, 2, ... live in RUN_DIR/members/N, member 0 in RUN_DIR
-# the posteriors a run can hold (bnn_zoo.posterior.ladder.posteriors); "twin_scaled": the twin, temperature-scaled
-PARTS = ("bayes", "twin", "twin_scaled", "hmc")
-TWIN, TWIN_SCALED = PARTS[1:3]
+FITTED = "fitted.pt"  # the states of the posteriors fitted after training (bnn_zoo.posterior.base)
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # 3: a SHA-256 digest of the contents ("digest"), checked when read.
 # 4: data.target_stats in the config (a regression on your own data learns its targets standardized;
@@ -38,7 +36,7 @@ FORMAT = 4
 # What each file must hold besides its config: {key: what it is}
 DENSITIES = "density.pt"  # the feature densities a certified density gate reads (bnn_zoo.cli.certify --twin-signal)
 REQUIRED = {CHECKPOINT: ("config", "epoch", "model", "guide"), TWIN_CHECKPOINT: ("net",), HMC_SAMPLES: ("samples",),
-            DENSITIES: ("densities",)}
+            DENSITIES: ("densities",), FITTED: ("posteriors",)}
 
 
 def save_atomic(state: dict, path: Path) -> None:
@@ -131,7 +129,7 @@ def read(path: Path, device: str | torch.device = "cpu") -> dict:
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, TypeError) as err:
         raise CheckpointError(f"{path} is not a readable checkpoint ({_first_line(err)}): it is damaged, "
                               "truncated or not a bnn-zoo file; train again, or resume from a complete copy") from None
-    if not isinstance(state, dict) or not any(key in state for key in ("config", "net", "densities")):
+    if not isinstance(state, dict) or not any(key in state for key in ("config", "net", "densities", "posteriors")):
         raise CheckpointError(f"{path} is not a bnn-zoo checkpoint (no config or weights in it)")
     if state.get("format", 1) not in (1, 2, 3, FORMAT):
         raise CheckpointError(f"{path} has checkpoint format {state['format']}; this bnn-zoo reads "

@@ -111,7 +111,7 @@ class TrainConfig:
     twin_epochs: Optional[int] = None  # null: same as epochs
     twin_lr: Optional[float] = None  # null: same as lr
     # MC dropout: train the twin with dropout at this rate after its hidden layers (LeNet-5: the fully
-    # connected ones) and sample it with dropout on (bnn_zoo.posterior.ladder.DropoutPosterior); 0: a plain twin.
+    # connected ones) and sample it with dropout on (bnn_zoo.posterior.DropoutPosterior); 0: a plain twin.
     twin_dropout: float = 0.0
     # An ensemble: train this many copies of the network and of its twin, whose weights start from
     # seeds seed, seed + 1, ... on the same data; the posterior is their mixture, the twins' a deep

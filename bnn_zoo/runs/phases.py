@@ -131,7 +131,7 @@ class BayesPhase:
 
 class TwinPhase:
     """Maximum likelihood of the deterministic twin (with dropout when train.twin_dropout > 0),
-    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior.ladder``'s)."""
+    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior``'s)."""
 
     label = "twin"
     per_example = 1.0

@@ -4,7 +4,7 @@ import torch
 
 import bnn_zoo
 from bnn_zoo.runs.config import load_config
-from bnn_zoo.posterior.ladder import posteriors
+from bnn_zoo.runs.trained import posteriors
 from bnn_zoo.evaluation.plots import variance_parts
 from bnn_zoo.cli.train import train
 

@@ -1,0 +1,9 @@
+"""``python -m bnn_zoo.calibrate``: the old name of ``python -m bnn_zoo.certify``, which it runs
+after a one-line notice (certifying a risk bound is not probability calibration)."""
+import sys
+
+from .cli.certify import main
+
+if __name__ == "__main__":
+    print("note: python -m bnn_zoo.calibrate is now python -m bnn_zoo.certify", file=sys.stderr)
+    sys.exit(main())
