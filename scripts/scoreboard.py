@@ -23,7 +23,8 @@ from bnn_zoo.cli import options as cli
 from bnn_zoo.evaluation import plots
 from bnn_zoo.runs.checkpoint import MEMBERS
 from bnn_zoo.core.errors import ConfigError
-from bnn_zoo.evaluation.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run, ood_name
+from bnn_zoo.cli.evaluate import ood_name
+from bnn_zoo.evaluation.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run
 from bnn_zoo.runs.files import check_writable, make_folder, read_json, write_atomic
 from bnn_zoo.posterior import BAYES, HMC, TWIN, TWIN_SCALED
 from bnn_zoo.evaluation.split_fits import TARGETS

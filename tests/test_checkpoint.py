@@ -230,8 +230,8 @@ def test_broken_checkpoint_files_are_one_clear_error_everywhere(name, damage, ti
     import importlib
     import shutil
 
-    calibrate, evaluate, predict_cli, train = (importlib.import_module(f"bnn_zoo.{name}")
-                                               for name in ("calibrate", "evaluate", "predict", "train"))
+    calibrate, evaluate, predict_cli, train = (importlib.import_module(f"bnn_zoo.cli.{name}")
+                                               for name in ("certify", "evaluate", "predict", "train"))
 
     run_dir = tmp_path / "run"
     shutil.copytree(tiny_run, run_dir)

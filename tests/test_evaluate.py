@@ -9,7 +9,8 @@ from bnn_zoo import load, predict
 from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.data.ood_sets import load_notmnist
-from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution, main
+from bnn_zoo.cli.evaluate import main
+from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution
 from bnn_zoo.posterior import BAYES, TWIN, TWIN_SCALED
 from bnn_zoo.abstain.metrics import detection
 

@@ -184,7 +184,7 @@ def test_predict_cli_prints_names_that_cannot_forge_an_answer_line(tmp_path, cap
 
 def test_bnn_zoo_predict_stays_the_function_once_the_command_line_is_imported():
     import bnn_zoo
-    import bnn_zoo.predict  # binds the module over bnn_zoo.predict
+    import bnn_zoo.cli.predict  # the command line's module: bnn_zoo.predict stays the function
 
     model, guide = bnn_zoo.build("toy_mlp", hidden=[4])
     assert bnn_zoo.predict(model, guide, torch.zeros(3, 1), num_samples=2).shape == (2, 3, 2)

@@ -129,8 +129,9 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     same draws), and its weights and rules stay as they were."""
     import shutil
 
-    import bnn_zoo.runs.trained
-    from bnn_zoo.cli.certify import certifying, validation_set
+    import bnn_zoo.runs.loading
+    from bnn_zoo.cli.certify import validation_set
+    from bnn_zoo.posterior import certifying
     from bnn_zoo.abstain.conformal import calibrate_sets
     from bnn_zoo.runs.checkpoint import read, save_atomic
     from bnn_zoo.runs.trained import sampled_probs
@@ -139,7 +140,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     shipped = tmp_path / "posteriors"
     shutil.copytree(bnn_zoo.runs.trained.SHIPPED, shipped)
     script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.runs.trained, "SHIPPED", shipped)
+    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
     monkeypatch.setattr(script, "SHIPPED", shipped)
     before = read(shipped / "mnist_mlp.pt")
     for part in ("bayes", "twin"):

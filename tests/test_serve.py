@@ -23,10 +23,11 @@ pytest.importorskip("starlette", reason='the page needs the serve extra: pip ins
 pytest.importorskip("httpx", reason="Starlette's test client needs httpx (the dev extra)")
 from starlette.testclient import TestClient  # noqa: E402
 
-from bnn_zoo.runs.trained import load  # noqa: E402
+from bnn_zoo.runs.loading import load  # noqa: E402
 from bnn_zoo.data.images import load_image  # noqa: E402
 from bnn_zoo.cli.predict import main as predict_main  # noqa: E402
-from bnn_zoo.page.app import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels, main  # noqa: E402
+from bnn_zoo.cli.serve import main  # noqa: E402
+from bnn_zoo.page.app import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels  # noqa: E402
 from bnn_zoo.page.guard import allowed_hosts, server  # noqa: E402
 
 

@@ -195,7 +195,7 @@ def config_path(name: str) -> Path:
 def config_dirs() -> list[Path]:
     """Where config names are looked up: the installed package's data, then a source checkout's."""
     dirs = [Path(str(resources.files("bnn_zoo"))) / "configs",
-            Path(__file__).resolve().parent.parent / "configs"]
+            Path(__file__).resolve().parents[2] / "configs"]
     return [d for d in dirs if d.is_dir()]
 
 
