@@ -178,7 +178,7 @@ def test_a_calibration_records_the_weights_it_certified(certified_run):
 def test_a_calibration_of_other_weights_is_refused_until_recertified(certified_run, tmp_path, capsys):
     """What kill -9 during a resumed run leaves: the checkpoint holds new weights, calibration.json
     certified the old ones."""
-    from bnn_zoo import evaluate
+    from bnn_zoo.cli import evaluate
     from bnn_zoo.cli.predict import main as predict_main
 
     run = _copy(certified_run, tmp_path)
@@ -328,7 +328,7 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
 
 def _shipped(run, folder):
     """``run`` shipped into ``folder`` as "shipped", and loaded back by that name."""
-    from bnn_zoo import trained
+    from bnn_zoo.runs import loading as trained
 
     folder.mkdir()
     original = trained.SHIPPED

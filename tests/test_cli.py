@@ -67,7 +67,7 @@ def test_counts_take_an_upper_bound():
 def test_help_texts_say_what_a_user_needs(capsys):
     from omegaconf import OmegaConf
 
-    from bnn_zoo import calibrate, evaluate, train
+    from bnn_zoo.cli import certify as calibrate, evaluate, train
     from bnn_zoo.runs.config import Config
 
     for main in (train.main, calibrate.main, evaluate.main):

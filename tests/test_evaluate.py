@@ -100,7 +100,7 @@ def test_evaluate_rejects_a_toy_run(tmp_path, capsys):
 
 
 def test_evaluate_checks_its_arguments_before_the_work(tiny_run, tmp_path, capsys, monkeypatch):
-    from bnn_zoo import evaluate
+    from bnn_zoo.cli import evaluate
 
     monkeypatch.setattr(evaluate, "evaluate_run", lambda *a, **k: pytest.fail("evaluated before checking"))
     assert evaluate.main([str(tiny_run), "--output", str(tmp_path / "missing" / "x.json")]) == 2
@@ -244,7 +244,7 @@ def test_overlaid_digits_are_handled_when_refused_or_answered_with_both():
 
 
 def test_a_shipped_posterior_is_evaluated_by_name_beside_you(shared_data, tmp_path, monkeypatch, capsys):
-    from bnn_zoo import evaluate
+    from bnn_zoo.cli import evaluate
 
     monkeypatch.chdir(tmp_path)
     assert evaluate.main(["lenet_fashion", "--samples", "2", "--test-size", "20", "--ood", "noise", "--ood-size", "10",

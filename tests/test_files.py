@@ -52,7 +52,7 @@ def test_two_writers_of_one_file_each_write_whole(tmp_path):
     """Each write has a temporary file of its own: a second writer never takes the first one's."""
     import threading
 
-    from bnn_zoo import files
+    from bnn_zoo.runs import files
 
     path, started, go = tmp_path / "calibration.json", threading.Event(), threading.Event()
     real, errors = files._create, []

@@ -186,7 +186,7 @@ def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(
 
 def test_a_shipped_ensemble_answers_as_its_run(ensembles, tmp_path, monkeypatch):
     """ship() carries every member's guide and twin: the shipped mixture predicts as the run's."""
-    from bnn_zoo import trained as trained_module
+    from bnn_zoo.runs import loading as trained_module
 
     run_dir, _ = ensembles["mnist_mlp"]
     monkeypatch.setattr(trained_module, "SHIPPED", tmp_path)

@@ -144,7 +144,8 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     trusts that name, because building it imports and calls code; training with a name trusts it."""
     import yaml
 
-    from bnn_zoo import trust, trust_list
+    from bnn_zoo.cli import trust
+    from bnn_zoo.runs import trust_list
     from bnn_zoo.runs.checkpoint import save_atomic
     from bnn_zoo.runs.resume import config_for_run
     from bnn_zoo.cli.train import train
@@ -194,7 +195,7 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
 
 
 def test_a_trust_list_others_may_write_is_refused(tmp_path, monkeypatch, capsys):
-    from bnn_zoo import trust_list
+    from bnn_zoo.runs import trust_list
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     trust_list.trust("own_nets:small_cnn", {})
@@ -233,7 +234,7 @@ def test_a_loader_named_as_a_network_is_refused_before_it_runs_anything(arch, kw
     trusted after."""
     import pickle
 
-    from bnn_zoo import trust_list
+    from bnn_zoo.runs import trust_list
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     marker, file = tmp_path / "ran", tmp_path / "weights.pt"
@@ -322,7 +323,7 @@ def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_ne
 
 
 def test_a_network_that_cannot_be_built_leaves_nothing_and_is_not_trusted(own_nets, tmp_path, monkeypatch):
-    from bnn_zoo import trust_list
+    from bnn_zoo.runs import trust_list
     from bnn_zoo.cli.train import train
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
@@ -335,7 +336,7 @@ def test_a_network_that_cannot_be_built_leaves_nothing_and_is_not_trusted(own_ne
 def test_the_trust_list_survives_a_shared_umask_concurrent_writers_and_bad_bytes(tmp_path, monkeypatch):
     import subprocess
 
-    from bnn_zoo import trust_list
+    from bnn_zoo.runs import trust_list
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     old = os.umask(0o002)  # a group-writable default: the folder made must still be yours alone

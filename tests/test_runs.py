@@ -172,7 +172,7 @@ def test_an_unwritable_run_directory_stops_resume_before_any_work(tmp_path, trou
 
 
 def test_a_disk_that_fills_during_training_keeps_the_last_checkpoint(tmp_path, monkeypatch):
-    from bnn_zoo import files
+    from bnn_zoo.runs import files
 
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
     real, writes = files._create, []

@@ -138,7 +138,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     from bnn_zoo.core.predictive import seeded
 
     shipped = tmp_path / "posteriors"
-    shutil.copytree(bnn_zoo.runs.trained.SHIPPED, shipped)
+    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
     script = load_script("ship_sets")
     monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
     monkeypatch.setattr(script, "SHIPPED", shipped)
@@ -304,7 +304,7 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
-    from bnn_zoo import trained
+    from bnn_zoo.runs import loading as trained
 
     monkeypatch.setattr(trained, "SHIPPED", tmp_path)
     paths = trained.ship(certified_run, "tiny")
