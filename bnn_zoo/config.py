@@ -13,7 +13,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config_checks import check, check_layout, recipe, short_quotes, show
+from .config_checks import check, check_layout, data_kind, recipe, short_quotes, show
 from .errors import ConfigError
 from .zoo import CLASSIFIER_DATA
 
@@ -54,8 +54,8 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     # mnist, fashion_mnist (classifiers), polynomial, sinusoid (toy_mlp), or your own (bnn_zoo.own_data):
-    # folder (a subfolder of images per class), tensors (.pt or .npz of x and y) or csv; null: the
-    # architecture's default.
+    # folder (a subfolder of images per class), tensors (.pt or .npz of x and y) or csv; null: told by
+    # data.path where given (a folder, .csv, .pt or .npz), else the architecture's default.
     name: Optional[str] = None
     # Folder holding <Name>/raw/ as torchvision lays it out; null: $BNN_ZOO_DATA, else ./data.
     root: Optional[str] = None
@@ -272,11 +272,19 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
 
 
 def resolved(cfg: DictConfig) -> DictConfig:
-    """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly."""
+    """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly; your own
+    data's kind from its path where ``data.name`` is left out (``data_kind``)."""
     cfg = cfg.copy()
     spec = recipe(cfg)
     if cfg.model.hidden is None and spec.has_hidden:
         cfg.model.hidden = list(spec.default_hidden)
+    if cfg.data.name is None and cfg.data.path:
+        cfg.data.name = data_kind(cfg.data.path)
+        try:  # the kind must suit the network: said before any data is read
+            check(cfg)
+        except ConfigError as err:
+            inferred = f"data.name={cfg.data.name}, inferred from data.path={show(cfg.data.path)}"
+            raise ConfigError(f"{err} ({inferred})") from None
     if cfg.data.name is None:
         cfg.data.name = spec.datasets[0]
     if cfg.data.val_size is None and cfg.data.name in CLASSIFIER_DATA:

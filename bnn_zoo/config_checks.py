@@ -20,6 +20,7 @@ from .conformal import SCORES as SET_SCORES
 from .errors import ConfigError
 from .guides import GUIDES
 from .likelihoods import NOISE_MODES
+from .nets import ImageTooSmall
 from .own_data import OWN_DATA, ROWS, name_problem
 from .priors import PRIORS
 from .zoo import ARCHITECTURES, Recipe, architecture, make_net
@@ -219,6 +220,24 @@ def recipe(cfg: DictConfig) -> Recipe:
     return replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
 
 
+# What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
+DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
+
+
+def data_kind(path: str) -> str:
+    """The kind of your own data ``path`` holds: a folder of images per class (``folder``), a CSV
+    table (``csv``) or a tensor file (``tensors``), told by the folder or the file's suffix; a
+    ConfigError where neither says."""
+    where = Path(path).expanduser()
+    if where.is_dir():
+        return "folder"
+    if where.suffix.lower() in DATA_SUFFIXES:
+        return DATA_SUFFIXES[where.suffix.lower()]
+    held = "a file of another kind" if where.exists() else "not there"
+    raise ConfigError(f"bad config key 'data.name': left out, and data.path={show(path)} ({held}) is neither a folder "
+                      "nor a .csv, .pt or .npz file to tell its kind by: give data.name=folder, tensors or csv")
+
+
 def check_network_fits(cfg: DictConfig) -> None:
     """The network ``cfg`` names must be built, and take its data's shape: a network by name (its
     factory called, under ``bnn_zoo.network_names``' guard) or one on your own data, once its shape
@@ -229,6 +248,11 @@ def check_network_fits(cfg: DictConfig) -> None:
     try:
         with torch.random.fork_rng(devices=[]):
             make_net(recipe(cfg), None if cfg.model.hidden is None else list(cfg.model.hidden), cfg.model.noise)
+    except ImageTooSmall as err:  # what resizes them, and a network that takes any size
+        resize = (f"resize them with data.image_size=N, N at least {err.least}" if cfg.data.name == "folder" else
+                  f"give images of at least {err.least}x{err.least}")
+        raise ConfigError(f"bad config key 'arch': {err}: {resize}, or train arch=mnist_mlp, which takes images of "
+                          "any size") from None
     except ValueError as err:
         raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
 

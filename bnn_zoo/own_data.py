@@ -169,12 +169,16 @@ def pixels_of(file: Path | BinaryIO, size: Optional[tuple[int, int]], channels: 
     """One image file (a path, or a binary file object: an upload) as uint8 [H, W] (gray) or [H, W,
     3], decoded by ``bnn_zoo.images.decode`` and resized to ``size`` (height, width) with Pillow's
     bilinear filter; ValueError with the reason where it is no image bnn-zoo reads."""
-    from PIL import Image
-
     values = decode(file, channels).round().clamp(0, 255).to(torch.uint8)
     pixels = values[0] if channels == 1 else values.permute(1, 2, 0)
-    if not size:
-        return pixels
+    return resized(pixels, size) if size else pixels
+
+
+def resized(pixels: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """uint8 pixels [H, W] or [H, W, 3] resized to ``size`` (height, width) with Pillow's bilinear
+    filter (an image of that size already is given back as it is)."""
+    from PIL import Image
+
     small = Image.fromarray(pixels.contiguous().numpy()).resize((size[1], size[0]), Image.BILINEAR)
     return torch.from_numpy(np.asarray(small, dtype=np.uint8).copy())
 

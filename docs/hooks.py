@@ -4,7 +4,8 @@ scoreboard's JSON.
 
 A tutorial's page holds the line ``<!-- run: NAME.py -->``; under ``mkdocs build`` the script runs
 in a fresh folder of its own (its runs and the networks it trusts stay there), and a failing
-tutorial fails the build; ``mkdocs serve`` shows the source alone, so that it rebuilds in seconds.
+tutorial fails the build in one line (mkdocs' PluginError: no traceback), as does one that runs past
+TUTORIAL_TIMEOUT; ``mkdocs serve`` shows the source alone, so that it rebuilds in seconds.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from mkdocs.exceptions import PluginError
 
 DOCS = Path(__file__).resolve().parent
 RUN = re.compile(r"^<!-- run: (\S+\.py) -->$", re.M)
@@ -46,12 +49,13 @@ def _run(name: str) -> str:
             stdout, stderr = child.communicate(timeout=TUTORIAL_TIMEOUT)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
-            stdout, stderr = child.communicate()
-            raise RuntimeError(f"tutorial {name} ran past {TUTORIAL_TIMEOUT} s:\n{stderr[-3000:]}") from None
+            child.communicate()
+            raise PluginError(f"tutorial {name} ran past its cap of {TUTORIAL_TIMEOUT} s and was stopped: build the "
+                              "site on a quieter machine, or raise TUTORIAL_TIMEOUT in docs/hooks.py") from None
         seconds = time.perf_counter() - started
     done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     if done.returncode:
-        raise RuntimeError(f"tutorial {name} failed:\n{done.stderr[-3000:]}")
+        raise PluginError(f"tutorial {name} failed (exit code {done.returncode}):\n{done.stderr[-3000:]}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return source + (f"What it printed when this site was built (commit {_commit()}, {seconds:.0f} s, {cores} CPU "
                      f"cores):\n\n```text\n{done.stdout.strip()}\n```\n")

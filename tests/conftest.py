@@ -116,3 +116,18 @@ def certified_run(tiny_run, tmp_path_factory):
     found = calibrate_run(run_dir, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
     assert "rule" in found["bayes"] and "rule" in found["twin"], found
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def uncertified_run(tiny_run, tmp_path_factory):
+    """A copy of the tiny run whose 128 validation images certify no rule at its risk (0.01), so its
+    conformal sets answer: calibrated at 80% coverage on 4 posterior samples (a class or a few each)."""
+    import shutil
+
+    from bnn_zoo.calibrate import calibrate_run
+
+    run_dir = tmp_path_factory.mktemp("uncertified") / "run"
+    shutil.copytree(tiny_run, run_dir)
+    found = calibrate_run(run_dir, alpha=0.2, samples=4)
+    assert "rule" not in found["bayes"] and found["bayes"]["sets"]["threshold"] is not None, found
+    return run_dir

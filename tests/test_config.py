@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from bnn_zoo.checkpoint import stored_config
 from bnn_zoo.config import Config, config_names, load_config, make_config, resolved
-from bnn_zoo.config_checks import pick_device
+from bnn_zoo.config_checks import pick_device, show
 from bnn_zoo.errors import CheckpointError, ConfigError
 
 
@@ -97,6 +97,27 @@ def test_resolved_fills_architecture_defaults():
     cfg = resolved(make_config({"arch": "toy_mlp"}))
     assert cfg.model.hidden == [50, 50] and cfg.data.name == "polynomial"
     assert resolved(make_config({"arch": "lenet"})).model.hidden is None
+
+
+def test_data_path_without_data_name_tells_the_kind_of_data_by_its_path(tmp_path):
+    """data.path given alone was ignored (the run trained on MNIST): its kind is told by the path, a
+    folder, a .csv, a .pt or .npz, and refused in one line where neither says."""
+    (tmp_path / "pngs").mkdir()
+    kinds = {str(tmp_path / "pngs"): "folder", "flowers.CSV": "csv", "d.pt": "tensors", "d.npz": "tensors"}
+    for path, kind in kinds.items():
+        assert resolved(make_config({"arch": "mnist_mlp"}, [f"data.path={path}"])).data.name == kind
+    assert resolved(make_config({"arch": "mnist_mlp"}, ["data.path=d.pt", "data.name=csv"])).data.name == "csv"
+    assert resolved(make_config({"arch": "mnist_mlp"})).data.name == "mnist"  # no path: the architecture's data
+    (tmp_path / "notes.txt").write_text("")
+    for path, held in ((tmp_path / "notes.txt", "a file of another kind"), (tmp_path / "gone", "not there")):
+        with pytest.raises(ConfigError) as refused:
+            resolved(make_config({"arch": "mnist_mlp"}, [f"data.path={path}"]))
+        assert str(refused.value) == (f"bad config key 'data.name': left out, and data.path={show(str(path))} ({held}) "
+                                      "is neither a folder nor a .csv, .pt or .npz file to tell its kind by: give "
+                                      "data.name=folder, tensors or csv")
+    with pytest.raises(ConfigError, match=r"'folder' does not suit toy_mlp; choose one of polynomial, sinusoid, "
+                                          r"tensors, csv \(data.name=folder, inferred from data.path='/.*\)$"):
+        resolved(make_config({"arch": "toy_mlp"}, [f"data.path={tmp_path / 'pngs'}"]))
 
 
 def test_device_choice():

@@ -185,6 +185,19 @@ def test_a_csv_classifier_reads_its_columns_by_name(tmp_path, capsys):
     assert "lacks the column(s) c the run reads" in capsys.readouterr().out
 
 
+def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path, capsys):
+    x, y = flowers(60)
+    write_csv(tmp_path / "f.csv", ["a", "b", "c", "kind"], [[*r, k] for r, k in zip(x.tolist(), y.tolist())])
+    cfg = own_config("mnist_mlp", tmp_path / "run", **{"data.path": str(tmp_path / "f.csv"), "model.hidden": "[8]",
+                                                       "train.epochs": 1, "abstention.calibrate": "false"})
+    assert cfg.data.name == "csv"  # told by the path: not MNIST
+    train(make_config(cfg, ["data.name=null"]))  # as the command line leaves it
+    log = capsys.readouterr().out.splitlines()
+    assert log[0] == (f"data.name=csv, inferred from data.path={tmp_path / 'f.csv'} (data.name=folder, tensors or csv "
+                      "says otherwise)")
+    assert log[1].startswith("mnist_mlp on csv (39 training examples)")
+
+
 def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
     g = torch.Generator().manual_seed(0)
     x = torch.rand(200, 2, generator=g) * 2 - 1
@@ -491,6 +504,56 @@ def test_a_network_that_cannot_take_the_data_stops_before_the_run_directory(tmp_
     with pytest.raises(ConfigError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
         train(own_config("lenet", run_dir, **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
     assert not run_dir.exists()  # no config, no mark, no lock left: a new try starts afresh
+
+
+def test_images_too_small_for_lenet_name_what_resizes_them(tmp_path):
+    """LeNet-5 on 8x8 images (scikit-learn's digits) named no fix: a folder's are resized by
+    data.image_size, a tensor file's must be given larger; mnist_mlp takes any size."""
+    from bnn_zoo.errors import ConfigError
+
+    for k, name in enumerate("ab"):
+        (tmp_path / "pngs" / name).mkdir(parents=True)
+        for i in range(4):
+            pixels = np.full((8, 8), 60 * k + 10 * i, dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "pngs" / name / f"{i}.png")
+    torch.save({"x": torch.randint(0, 256, (8, 8, 8), dtype=torch.uint8), "y": torch.arange(8) % 2}, tmp_path / "d.pt")
+    too_small = "bad config key 'arch': LeNet-5 takes images of at least 12x12, got 8x8: "
+    any_size = ", or train arch=mnist_mlp, which takes images of any size"
+    for kind, path, fix in (("folder", tmp_path / "pngs", "resize them with data.image_size=N, N at least 12"),
+                            ("tensors", tmp_path / "d.pt", "give images of at least 12x12")):
+        with pytest.raises(ConfigError) as refused:
+            train(own_config("lenet", tmp_path / "run", **{"data.name": kind, "data.path": str(path)}))
+        assert str(refused.value) == too_small + fix + any_size and not (tmp_path / "run").exists()
+    cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "pngs"),
+                                                            "data.image_size": 12}))
+    check_network_fits(make_config(with_found(cfg, load_splits(cfg))))  # resized as it says: LeNet takes them
+
+
+def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_run, pngs, tmp_path, capsys):
+    """predict and the page resize an image to a folder run's size, and say so (an MNIST 7 sent to a
+    model of 8x8 images was answered "4" without a word)."""
+    from starlette.testclient import TestClient
+
+    from bnn_zoo.inputs import image_input, image_inputs
+    from bnn_zoo.serve import create_app
+    from bnn_zoo.serve_answers import Answerer
+
+    good = next((pngs / "test" / "seven").iterdir())  # 28x28, the run's size
+    Image.open(good).resize((40, 30)).save(tmp_path / "large.png")
+    files = [str(good), str(tmp_path / "large.png")]
+    assert predict_main([str(folder_run), *files, "--samples", "4", "--json"]) == 0
+    same, large = json.loads(capsys.readouterr().out)
+    assert "resized_from" not in same and large["resized_from"] == [30, 40]
+    assert predict_main([str(folder_run), *files, "--samples", "4"]) == 0
+    _, same_line, large_line = capsys.readouterr().out.splitlines()
+    assert "resized" not in same_line and large_line.endswith(" (resized from 40x30 to the run's 28x28)")
+    config = load(folder_run).config
+    for path in (good, tmp_path / "large.png"):  # what the network reads, either way, is what it read before
+        assert torch.equal(image_input(config, path)[0], image_inputs(config, [path], str(path)))
+    client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
+    for path, resized in ((good, None), (tmp_path / "large.png", [30, 40])):
+        found = client.post(f"/api/answer?model={folder_run}&samples=2", content=path.read_bytes())
+        assert found.json().get("resized_from") == resized
 
 
 @pytest.mark.parametrize("text, message", [
