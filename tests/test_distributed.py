@@ -211,7 +211,7 @@ def test_the_rendezvous_bound_must_be_a_positive_number(monkeypatch):
     for value in ("soon", "0", "-1", "inf"):
         monkeypatch.setenv("BNN_ZOO_RENDEZVOUS_SECONDS", value)
         with pytest.raises(ConfigError, match=f"^BNN_ZOO_RENDEZVOUS_SECONDS must be a positive number of seconds, "
-                                              f"got '{value}'$"), World(0, 2).joined(CPU):
+                                              f"got '{value}'$"), World(0, 2, launched=True).joined(CPU):
             pass
 
 
