@@ -22,7 +22,7 @@ from .guides import DirectAutoNormal, make_guide
 from .ladder import posteriors
 from .likelihoods import Categorical, Gaussian
 from .sampling import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
-from .priors import GaussianPrior, ScaleMixturePrior, make_prior
+from .priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
 from .reparam import LocalReparameterization
 from .temperature import fit_temperature
 from .twin import Twin
@@ -33,7 +33,7 @@ try:
 except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
-__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "Gaussian",
-           "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
+__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
            "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
            "make_prior", "make_twin", "posteriors", "predict"]

@@ -127,8 +127,8 @@ def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dic
         f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={cfg.train.capture})")
     results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, say, stored, world), "kl_estimator": kl}}
     if cfg.train.twin:
-        results["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, say,
-                                    stored and stored["twin"], world)
+        twin = TwinPhase(cfg, len(splits.train), device, run.twin_checkpoint)
+        results["twin"] = train_phase(twin, cfg, splits, run_id, say, stored and stored["twin"], world)
     return results
 
 

@@ -14,10 +14,10 @@ from bnn_zoo import load
 from bnn_zoo.config import make_config, resolved
 from bnn_zoo.config_checks import check_network_fits
 from bnn_zoo.data import load_splits, validation_split, with_found
-from bnn_zoo.errors import DataError
+from bnn_zoo.errors import ConfigError, DataError
 from bnn_zoo.evaluate import evaluate_run
 from bnn_zoo.ladder import posteriors
-from bnn_zoo.own_data import SPLIT_SEED, Found, read_own
+from bnn_zoo.own_data import NOISE_FLOOR, SPLIT_SEED, Found, least_squares_sd, read_own
 from bnn_zoo.predict import main as predict_main
 from bnn_zoo.train import train
 
@@ -633,3 +633,24 @@ def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, t
     assert pixels[0, 0] == 255 and pixels[10, 13] == 20  # white paper under a dark stroke
     from bnn_zoo.inputs import pixel_inputs
     assert torch.equal(pixel_inputs(trained.config, pixels[None]), x)
+
+
+def test_a_null_noise_scale_starts_where_a_least_squares_line_leaves_the_targets(tmp_path):
+    """model.noise_scale=null: the residual sd of a line through the training split, in the
+    targets' standard units, kept in the run's config; 1.0 where the rows cannot say, 0.01 at least."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 3, generator=g)
+    y = 5 + 2 * x[:, 0] - x[:, 2] + 0.3 * torch.randn(400, generator=g)
+    write_csv(tmp_path / "r.csv", ["a", "b", "c", "y"], [[*map("{:.5f}".format, r), f"{t:.5f}"]
+                                                         for r, t in zip(x.tolist(), y.tolist())])
+    cfg = resolved(make_config({"arch": "table_mlp", "model": {"likelihood": "gaussian", "noise_scale": None},
+                                "data": {"path": str(tmp_path / "r.csv")}}))
+    splits = load_splits(cfg)
+    found = with_found(cfg, splits)
+    sd = found.data.target_stats[1]
+    assert found.model.noise_scale == pytest.approx(0.3 / sd, rel=0.15)  # sd: about sqrt(5.09)
+    assert least_squares_sd(x[:3], y[:3]) == 1.0  # three rows, four coefficients
+    assert least_squares_sd(x, 2 * x[:, 0]) == NOISE_FLOOR
+    with pytest.raises(ConfigError, match="'model.noise_scale': null starts the noise where a least-squares line "
+                                          "leaves it, which needs your own table; polynomial takes a number"):
+        make_config(None, ["model.noise_scale=null"])
