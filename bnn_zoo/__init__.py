@@ -23,7 +23,7 @@ from .core.guides import DirectAutoNormal, make_guide
 from .runs.trained import posteriors
 from .core.likelihoods import Categorical, Gaussian
 from .core.predictive import predict  # bnn_zoo/predict.py is the command line alone
-from .core.priors import GaussianPrior, ScaleMixturePrior, make_prior
+from .core.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
 from .core.reparam import LocalReparameterization
 from .abstain.temperature import fit_temperature
 from .core.twin import Twin
@@ -34,7 +34,7 @@ try:
 except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
-__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "Gaussian",
-           "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
+__all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
            "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
            "make_prior", "make_twin", "posteriors", "predict"]

@@ -1,10 +1,11 @@
 """MkDocs hooks: the home page is the README; each tutorial runs when the site is built (its source
 and what it printed go into its page, with the commit); the results page is drawn from the
-scoreboard's JSON.
+measuring scripts' JSON.
 
 A tutorial's page holds the line ``<!-- run: NAME.py -->``; under ``mkdocs build`` the script runs
 in a fresh folder of its own (its runs and the networks it trusts stay there), and a failing
-tutorial fails the build; ``mkdocs serve`` shows the source alone, so that it rebuilds in seconds.
+tutorial fails the build in one line (mkdocs' PluginError: no traceback), as does one that runs past
+TUTORIAL_TIMEOUT; ``mkdocs serve`` shows the source alone, so that it rebuilds in seconds.
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
+
 DOCS = Path(__file__).resolve().parent
 RUN = re.compile(r"^<!-- run: (\S+\.py) -->$", re.M)
 TUTORIAL_TIMEOUT = 1800  # seconds: a hanging tutorial fails the build instead of hanging it
 COMMAND: dict = {}  # mkdocs' command: build (runs the tutorials) or serve (shows their source)
-RESULTS = re.compile(r"^<!-- (scoreboard|peers|ddp): (\S+\.json) -->$", re.M)
+RESULTS = re.compile(r"^<!-- (scoreboard|peers|ddp|tables): (\S+\.json) -->$", re.M)
 
 
 def _commit() -> str:
@@ -46,12 +49,13 @@ def _run(name: str) -> str:
             stdout, stderr = child.communicate(timeout=TUTORIAL_TIMEOUT)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
-            stdout, stderr = child.communicate()
-            raise RuntimeError(f"tutorial {name} ran past {TUTORIAL_TIMEOUT} s:\n{stderr[-3000:]}") from None
+            child.communicate()
+            raise PluginError(f"tutorial {name} ran past its cap of {TUTORIAL_TIMEOUT} s and was stopped: build the "
+                              "site on a quieter machine, or raise TUTORIAL_TIMEOUT in docs/hooks.py") from None
         seconds = time.perf_counter() - started
     done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     if done.returncode:
-        raise RuntimeError(f"tutorial {name} failed:\n{done.stderr[-3000:]}")
+        raise PluginError(f"tutorial {name} failed (exit code {done.returncode}):\n{done.stderr[-3000:]}")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return source + (f"What it printed when this site was built (commit {_commit()}, {seconds:.0f} s, {cores} CPU "
                      f"cores):\n\n```text\n{done.stdout.strip()}\n```\n")
@@ -78,11 +82,27 @@ def _ddp(data: dict) -> str:
                       "| ranks | examples per second (median) | each run |", "| --- | --- | --- |", *rows]) + "\n"
 
 
+def _tables(data: dict) -> str:
+    """Each table's test figures: the Bayesian network, its twin, their ensembles, the baselines (as
+    scripts/tables.py prints them)."""
+    parts = [("bayes", "Bayesian"), ("twin", "twin"), ("ensemble", "ensemble"),
+             ("deep_ensemble", "deep ensemble of twins"), ("linear", "linear / logistic"), ("mean", "mean / majority")]
+    shown = [(key, name) for key, name in parts if all(key in r for r in data["rows"])]
+
+    def cell(row: dict, f: dict) -> str:
+        return f"{f['rmse']:.2f} / {f['nll']:.3f}" if row["regression"] else f"{f['accuracy']:.2%} / {f['nll']:.3f}"
+    rows = [f"| {r['table']} | {r['seed']} | " + " | ".join(cell(r, r[key]) for key, _ in shown) +
+            f" | {r['seconds']:.0f} |" for r in data["rows"]]
+    return "\n".join(["RMSE (regression) or accuracy, and NLL in nats, on the test split:", "",
+                      f"| table | split | {' | '.join(name for _, name in shown)} | seconds |",
+                      "| --- |" + " --- |" * (len(shown) + 2), *rows]) + "\n"
+
+
 def _results(kind: str, name: str) -> str:
     """A measurement's figures drawn from the JSON its command wrote, with the command and commit."""
     data = json.loads((DOCS / "results" / name).read_text())
     head = f"`{data['command']}` at commit {data['commit']} ({data['machine']}):\n\n"
-    return head + {"scoreboard": _scoreboard, "peers": _peers, "ddp": _ddp}[kind](data)
+    return head + {"scoreboard": _scoreboard, "peers": _peers, "ddp": _ddp, "tables": _tables}[kind](data)
 
 
 def _scoreboard(data: dict) -> str:

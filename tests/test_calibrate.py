@@ -116,6 +116,44 @@ def test_training_certifies_at_its_end_and_says_so(tiny_run):
     assert load(tiny_run).rules["bayes"].cut == math.inf
 
 
+def test_an_uncertified_run_says_the_smallest_risk_its_validation_certifies(tiny_run, tmp_path, capsys):
+    """128 validation images cannot certify risk 0.01: calibration.json holds the smallest risk they
+    do certify at the run's delta, beside the error, and how many inputs 0.01 needs; calibrate says
+    both with the command that certifies it, and that command certifies it."""
+    from bnn_zoo.abstain.certify import CUTS
+
+    found = json.loads((tiny_run / CALIBRATION).read_text())["bayes"]
+    assert (found["risk"], found["delta"], found["inputs_needed"]) == (0.01, 0.05, 709)
+    smallest = found["smallest_risk"]
+    assert 1 - (0.05 / len(CUTS)) ** (1 / 128) <= smallest < 1  # the best 128 inputs can do: all accepted, all right
+    run = _copy(tiny_run, tmp_path)
+    assert main([str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert (f"bayes: not certified ({found['error']}); the smallest risk these 128 validation inputs certify at delta "
+            f"0.05 is {smallest:g}, which python -m bnn_zoo.calibrate {run} --risk {smallest:g} certifies; risk 0.01 "
+            "needs at least 709 validation inputs accepted with no error; until one is, predict, evaluate and the page "
+            "answer with its conformal set; its sets at 99% coverage: ") in printed
+    assert main([str(run), "--risk", f"{smallest:g}"]) == 0
+    certified = json.loads((run / CALIBRATION).read_text())["bayes"]
+    assert certified["risk"] == smallest and certified["smallest_risk"] == smallest
+    assert f"(certified <= {smallest} with probability >= 0.95); the smallest risk they certify: {smallest:g}" in \
+        capsys.readouterr().out
+
+
+def test_sets_on_too_few_validation_inputs_say_how_many_they_need(tiny_run, tmp_path, capsys):
+    """At 99% coverage a set smaller than every class needs 99 calibration inputs: a run whose
+    validation split holds fewer says so, and which coverage its inputs allow."""
+    from bnn_zoo.cli.certify import certify_trained
+
+    trained = load(tiny_run, DEVICE)
+    x, labels = validation_set(trained)
+    found = certify_trained(trained, x[:91], labels[:91], risk=0.01, delta=0.05, max_refusal=0.02, samples=2)
+    assert found["bayes"]["sets"]["threshold"] is None  # every class
+    assert summary(found, "RUN").splitlines()[0].endswith(
+        "its sets at 99% coverage: every class (smaller ones need at least 99 validation inputs, these are 91, or a "
+        "lower coverage: python -m bnn_zoo.calibrate RUN --alpha 0.02 for 98% sets)")
+
+
 def test_the_calibrate_cli(certified_run, tmp_path, capsys):
     import shutil
 

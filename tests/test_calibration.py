@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bnn_zoo.abstain.rule import Rule, risk_coverage, uncertainty
-from bnn_zoo.abstain.certify import CUTS, Calibration, NotCertified, binomial_cdf, certify
+from bnn_zoo.abstain.certify import CUTS, Calibration, NotCertified, binomial_cdf, certify, inputs_needed, smallest_risk
 
 
 def population(n: int, seed: int, samples: int = 4, classes: int = 5):
@@ -116,6 +116,52 @@ def test_an_unreachable_risk_is_refused_with_advice():
     probs, labels = population(50, seed=3)
     with pytest.raises(ValueError, match="higher risk or delta"):
         certify(probs, labels, risk=0.001, delta=0.01)
+
+
+def right_and_sure(n: int, seed: int = 0):
+    """n inputs a network gets right with every sample at 0.98: zero errors at every threshold."""
+    labels = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(seed))
+    probs = torch.full((4, n, 2), 0.02)
+    probs[:, torch.arange(n), labels] = 0.98
+    return probs, labels
+
+
+@pytest.mark.parametrize("signal, tests", [("mutual_information", len(CUTS)), (None, 1)])
+def test_the_smallest_risk_certified_is_the_zero_error_bound_rounded_up(signal, tests):
+    """With zero errors among all n accepted inputs the best p-value is (1 - risk)^n, tested at
+    delta / (number of cuts): the smallest risk certified is 1 - (delta / cuts)^(1/n), given
+    rounded up to two significant digits; certify certifies it and refuses a risk just below."""
+    probs, labels = right_and_sure(91)
+    found = smallest_risk(probs, labels, delta=0.05, signal=signal)
+    exact = 1 - (0.05 / tests) ** (1 / 91)
+    assert found == pytest.approx(math.ceil(exact * 1000) / 1000) and found >= exact  # 0.076 and 0.033
+    certify(probs, labels, found, delta=0.05, signal=signal)
+    with pytest.raises(NotCertified):
+        certify(probs, labels, exact * 0.999, delta=0.05, signal=signal)
+
+
+def test_the_smallest_risk_is_the_least_two_digit_risk_certify_certifies():
+    probs, labels = population(300, seed=5)
+    found = smallest_risk(probs, labels, delta=0.1)
+    assert found == 0.14
+    certify(probs, labels, 0.14, delta=0.1)
+    with pytest.raises(NotCertified):
+        certify(probs, labels, 0.13, delta=0.1)
+    wrong = probs.mean(0).argmax(-1) != labels  # where the network errs at every threshold: no risk below 1
+    assert smallest_risk(probs[:, wrong], labels[wrong]) is None
+
+
+@pytest.mark.parametrize("risk, gated, plain", [(0.05, 139, 59), (0.01, 709, 299), (0.005, 1422, 598)])
+def test_the_inputs_a_risk_needs_are_the_fewest_with_a_passing_zero_error_p_value(risk, gated, plain):
+    """docs/guides/abstention.md's table: the validation inputs a rule must accept, none wrong, for
+    risk at delta 0.05, with the gate's 62 cuts and without a gate (one)."""
+    assert (inputs_needed(risk, 0.05), inputs_needed(risk, 0.05, tests=1)) == (gated, plain)
+    for n, tests in ((gated, len(CUTS)), (plain, 1)):
+        assert (1 - risk) ** n <= 0.05 / tests < (1 - risk) ** (n - 1)
+    probs, labels = right_and_sure(plain)
+    certify(probs, labels, risk, delta=0.05, signal=None)
+    with pytest.raises(NotCertified):
+        certify(probs[:, 1:], labels[1:], risk, delta=0.05, signal=None)
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -10,14 +10,15 @@ from omegaconf import OmegaConf
 
 from bnn_zoo.runs.checkpoint import stored_config
 from bnn_zoo.runs.config import Config, config_names, load_config, make_config, resolved
-from bnn_zoo.runs.checks import pick_device
+from bnn_zoo.runs.checks import pick_device, recipe, show
 from bnn_zoo.core.errors import CheckpointError, ConfigError
 
 
 def test_shipped_configs_load_and_hold_only_differences():
-    assert {"toy_mlp", "toy_sinusoid", "mnist_mlp", "lenet"} <= set(config_names())
+    assert {"toy_mlp", "toy_sinusoid", "mnist_mlp", "lenet", "table_regression", "table_classification"} <= \
+        set(config_names())
     for name in config_names():
-        cfg = resolved(load_config(name))
+        cfg = resolved(load_config(name, ["data.path=t.csv"] if name.startswith("table_") else []))
         assert cfg.run_dir == f"runs/{cfg.arch}"
     assert load_config("lenet").arch == "lenet"
     assert resolved(load_config("mnist_mlp")).model.hidden == [400, 400]
@@ -99,6 +100,27 @@ def test_resolved_fills_architecture_defaults():
     assert resolved(make_config({"arch": "lenet"})).model.hidden is None
 
 
+def test_data_path_without_data_name_tells_the_kind_of_data_by_its_path(tmp_path):
+    """data.path given alone was ignored (the run trained on MNIST): its kind is told by the path, a
+    folder, a .csv, a .pt or .npz, and refused in one line where neither says."""
+    (tmp_path / "pngs").mkdir()
+    kinds = {str(tmp_path / "pngs"): "folder", "flowers.CSV": "csv", "d.pt": "tensors", "d.npz": "tensors"}
+    for path, kind in kinds.items():
+        assert resolved(make_config({"arch": "mnist_mlp"}, [f"data.path={path}"])).data.name == kind
+    assert resolved(make_config({"arch": "mnist_mlp"}, ["data.path=d.pt", "data.name=csv"])).data.name == "csv"
+    assert resolved(make_config({"arch": "mnist_mlp"})).data.name == "mnist"  # no path: the architecture's data
+    (tmp_path / "notes.txt").write_text("")
+    for path, held in ((tmp_path / "notes.txt", "a file of another kind"), (tmp_path / "gone", "not there")):
+        with pytest.raises(ConfigError) as refused:
+            resolved(make_config({"arch": "mnist_mlp"}, [f"data.path={path}"]))
+        assert str(refused.value) == (f"bad config key 'data.name': left out, and data.path={show(str(path))} ({held}) "
+                                      "is neither a folder nor a .csv, .pt or .npz file to tell its kind by: give "
+                                      "data.name=folder, tensors or csv")
+    with pytest.raises(ConfigError, match=r"'folder' does not suit toy_mlp; choose one of polynomial, sinusoid, "
+                                          r"tensors, csv \(data.name=folder, inferred from data.path='/.*\)$"):
+        resolved(make_config({"arch": "toy_mlp"}, [f"data.path={tmp_path / 'pngs'}"]))
+
+
 def test_device_choice():
     assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ConfigError, match="not a device"):
@@ -155,7 +177,7 @@ KWARGS = "a mapping of the network's keyword arguments (for example {width: 16})
     ({"abstention": None}, ("bad config section 'abstention': a mapping of its keys (for example abstention: "
                             "{calibrate: True}), not null")),
     ({"train": {"epochs": [1]}}, "bad config key 'train.epochs': must be a whole number, not [1]"),
-    ({"train": {"epochs": None}}, "bad config key 'train.epochs': must be a whole number, not null"),
+    ({"train": {"batch_size": None}}, "bad config key 'train.batch_size': must be a whole number, not null"),
     ({"arch": None}, "bad config key 'arch': must be a string, not null"),
     ({"data": {"ood": 5}}, ("bad config key 'data.ood': must be a mapping of names to folders of images (for example "
                             "{letters: DIR}), not 5")),
@@ -239,6 +261,33 @@ def test_stop_at_accuracy_lies_in_0_to_1(value):
     assert make_config(None, ["train.stop_at_accuracy=1"]).train.stop_at_accuracy == 1
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    (["train.steps=100"], ("'train.steps': give train.epochs or train.steps, not both (train.epochs=null plans the "
+                           "run in steps, train.steps=null in epochs)")),
+    (["train.epochs=null"], "'train.epochs': give train.epochs=N or train.steps=N, the run's length"),
+    (["train.patience=3"], ("'train.patience': early stopping watches the validation NLL, and the polynomial set "
+                            "has none: drop it (train.patience=null)")),
+    (["arch=table_mlp", "data.path=t.csv", "data.val_size=0", "train.patience=3"],
+     ("'train.patience': early stopping watches the validation NLL, and data.val_size=0 holds none out: give "
+      "data.val_size=N or train.patience=null")),
+    (["arch=table_mlp"], "'data.path': data.name=csv reads your own data; give its folder or file as data.path=PATH"),
+    (["arch=mnist_mlp", "model.likelihood=gaussian"], ("'arch': model.likelihood is for table_mlp and a network by "
+                                                       "name (package.module:factory); mnist_mlp has its own")),
+])
+def test_the_plan_s_length_and_early_stopping_are_checked(overrides, expected):
+    assert message(overrides) == f"bad config key {expected}"
+    plan = make_config(None, ["train.epochs=null", "train.steps=100", "train.patience=3", "data.name=csv",
+                              "data.path=t.csv", "train.eval_every=null"]).train
+    assert (plan.epochs, plan.steps, plan.patience, plan.eval_every) == (None, 100, 3, None)
+
+
+def test_table_mlp_regresses_or_classifies_as_model_likelihood_says():
+    for likelihood in ("gaussian", "categorical"):
+        cfg = resolved(make_config(None, ["arch=table_mlp", f"model.likelihood={likelihood}", "data.path=t.csv"]))
+        assert (recipe(cfg).likelihood, cfg.data.name, cfg.model.hidden) == (likelihood, "csv", [50])
+    assert recipe(resolved(make_config(None, ["arch=table_mlp", "data.path=t.csv"]))).likelihood == "categorical"
+
+
 def test_interpolations_are_resolved_or_named():
     cfg = make_config(None, ["train.epochs=3", "train.twin_epochs=${train.epochs}"])
     assert cfg.train.twin_epochs == 3 and not OmegaConf.is_interpolation(cfg.train, "twin_epochs")
@@ -259,11 +308,12 @@ SHOWN = "'" + "x" * 59 + "..."  # the quoted value's first 60 characters
 
 @pytest.mark.parametrize("overrides, base, expected", [
     (None, {"arch": HUGE}, (f"bad config key 'arch': unknown architecture {SHOWN}; "
-                            "choose one of toy_mlp, mnist_mlp, lenet, or name a network factory as "
+                            "choose one of toy_mlp, mnist_mlp, lenet, table_mlp, or name a network factory as "
                             "package.module:factory")),
     ([f"data.name={HUGE}"], None, (f"bad config key 'data.name': {SHOWN} does not suit toy_mlp; "
                                    "choose one of polynomial, sinusoid, tensors, csv")),
-    ([f"model.prior={HUGE}"], None, f"bad config key 'model.prior': choose gaussian or scale_mixture, not {SHOWN}"),
+    ([f"model.prior={HUGE}"], None, ("bad config key 'model.prior': choose gaussian or fan_in or scale_mixture, "
+                                     f"not {SHOWN}")),
     ([f"device={HUGE}"], None, NOT_A_DEVICE.format(SHOWN)),
     ([f"train.epochs={HUGE}"], None, f"bad config key 'train.epochs': must be a whole number, not {SHOWN}"),
     ([f"train.{HUGE}=1"], None, f"bad config key 'train.{'x' * 53}...: Key {SHOWN} not in 'TrainConfig'"),
@@ -283,7 +333,7 @@ def test_a_huge_value_in_a_config_file_is_shortened(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(str(tmp_path / "huge.yaml"))
     assert str(err.value) == f"bad config key 'arch': unknown architecture {SHOWN}; choose one of toy_mlp, " \
-                             "mnist_mlp, lenet, or name a network factory as package.module:factory"
+                             "mnist_mlp, lenet, table_mlp, or name a network factory as package.module:factory"
 
 
 def test_every_member_s_seed_must_be_below_2_to_the_32():

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from bnn_zoo.abstain.conformal import SCORES, calibrate_sets, class_scores
+from bnn_zoo.abstain.conformal import SCORES, calibrate_sets, class_scores, fewest_inputs
 
 
 def draws(n: int, generator: torch.Generator, classes: int = 10, overconfidence: float = 2.0):
@@ -63,6 +63,16 @@ def test_too_few_calibration_inputs_give_every_class():
     sets = calibrate_sets(*draws(50, generator), alpha=0.01)  # 1/0.01 - 1 = 99 inputs needed
     assert math.isinf(sets.threshold)
     assert sets.predict(draws(4, generator)[0]).all()
+
+
+@pytest.mark.parametrize("alpha, fewest", [(0.01, 99), (0.02, 49), (0.05, 19), (0.1, 9), (0.2, 4), (0.013, 76)])
+def test_the_fewest_inputs_for_sets_smaller_than_every_class(alpha, fewest):
+    """n >= 1/alpha - 1: with fewer calibration inputs the threshold is infinite (what predict and
+    calibrate say a run's validation split needs)."""
+    generator = torch.Generator().manual_seed(4)
+    assert fewest_inputs(alpha) == fewest
+    assert math.isfinite(calibrate_sets(*draws(fewest, generator), alpha=alpha).threshold)
+    assert math.isinf(calibrate_sets(*draws(fewest - 1, generator), alpha=alpha).threshold)
 
 
 @pytest.mark.parametrize("kwargs, message", [

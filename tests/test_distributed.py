@@ -44,7 +44,7 @@ def _config(kind: str):
 def _phase(kind: str, cfg):
     pyro.set_rng_seed(0)  # the same initial parameters in every process
     with pyro.settings.context(module_local_params=True):
-        return TwinPhase(cfg, CPU) if kind == "twin" else BayesPhase(cfg, num_data=1000, device=CPU)
+        return TwinPhase(cfg, 1000, CPU) if kind == "twin" else BayesPhase(cfg, num_data=1000, device=CPU)
 
 
 def _one_step(rank: int, port: int, kind: str, out: str) -> None:

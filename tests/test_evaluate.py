@@ -91,6 +91,33 @@ def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_
     assert quantile.posteriors[BAYES].test.refused_by_gate == 0
 
 
+def test_where_no_rule_is_certified_evaluate_scores_the_conformal_sets_as_the_answers(uncertified_run, shared_data,
+                                                                                     tmp_path, capsys):
+    """Each test image answered by its set, as predict and the page answer it: refused where the set
+    holds every class, accepted (its most probable class the prediction) where it holds fewer; the
+    line that says no rule is certified goes to stderr and into eval.json."""
+    out = tmp_path / "eval.json"
+    assert main([str(uncertified_run), "--samples", "4", "--test-size", "200", "--ood", "noise", "--ood-size", "50",
+                 "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    results = Evaluation.from_dict(json.loads(out.read_text())).posteriors
+    assert results[BAYES].note.startswith("no rule is certified for bayes, so each answer is its 80% conformal set")
+    assert results[BAYES].note in err and results[TWIN].note in err
+    trained = load(uncertified_run, DEVICE)
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    pyro.set_rng_seed(0)
+    probs = predict(trained.model, trained.guide, normalize(images[:200]).to(DEVICE), 4)
+    in_sets = trained.sets[BAYES].answer(probs)
+    every, several = [len(s) == 10 for s in in_sets], [1 < len(s) < 10 for s in in_sets]
+    mean = probs.mean(0).cpu()
+    right = [max(s, key=lambda c: float(p[c])) == y
+             for s, p, y, e in zip(in_sets, mean, labels[:200].tolist(), every) if not e]
+    assert results[BAYES].test.refused == pytest.approx(sum(every) / 200)
+    assert results[BAYES].test.multiple == pytest.approx(sum(several) / 200) and sum(several) > 0
+    assert results[BAYES].test.accuracy_accepted == pytest.approx(sum(right) / len(right))
+    assert results[BAYES].rule == Rule()  # the rule it holds, the quantile rule, is not what answered
+
+
 def test_evaluate_rejects_a_toy_run(tmp_path, capsys):
     from bnn_zoo.cli.train import train
 

@@ -14,10 +14,10 @@ from bnn_zoo import load
 from bnn_zoo.runs.config import make_config, resolved
 from bnn_zoo.runs.checks import check_network_fits
 from bnn_zoo.data.sets import load_splits, validation_split, with_found
-from bnn_zoo.core.errors import DataError
+from bnn_zoo.core.errors import ConfigError, DataError
 from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.runs.trained import posteriors
-from bnn_zoo.data.own import SPLIT_SEED, Found, read_own
+from bnn_zoo.data.own import NOISE_FLOOR, SPLIT_SEED, Found, least_squares_sd, read_own
 from bnn_zoo.cli.predict import main as predict_main
 from bnn_zoo.cli.train import train
 
@@ -183,6 +183,19 @@ def test_a_csv_classifier_reads_its_columns_by_name(tmp_path, capsys):
     write_csv(tmp_path / "bad.csv", ["a", "b"], [[1, 2]])
     assert predict_main([str(run_dir), str(tmp_path / "bad.csv")]) == 1
     assert "lacks the column(s) c the run reads" in capsys.readouterr().out
+
+
+def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path, capsys):
+    x, y = flowers(60)
+    write_csv(tmp_path / "f.csv", ["a", "b", "c", "kind"], [[*r, k] for r, k in zip(x.tolist(), y.tolist())])
+    cfg = own_config("mnist_mlp", tmp_path / "run", **{"data.path": str(tmp_path / "f.csv"), "model.hidden": "[8]",
+                                                       "train.epochs": 1, "abstention.calibrate": "false"})
+    assert cfg.data.name == "csv"  # told by the path: not MNIST
+    train(make_config(cfg, ["data.name=null"]))  # as the command line leaves it
+    log = capsys.readouterr().out.splitlines()
+    assert log[0] == (f"data.name=csv, inferred from data.path={tmp_path / 'f.csv'} (data.name=folder, tensors or csv "
+                      "says otherwise)")
+    assert log[1].startswith("mnist_mlp on csv (39 training examples)")
 
 
 def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
@@ -493,6 +506,56 @@ def test_a_network_that_cannot_take_the_data_stops_before_the_run_directory(tmp_
     assert not run_dir.exists()  # no config, no mark, no lock left: a new try starts afresh
 
 
+def test_images_too_small_for_lenet_name_what_resizes_them(tmp_path):
+    """LeNet-5 on 8x8 images (scikit-learn's digits) named no fix: a folder's are resized by
+    data.image_size, a tensor file's must be given larger; mnist_mlp takes any size."""
+    from bnn_zoo.core.errors import ConfigError
+
+    for k, name in enumerate("ab"):
+        (tmp_path / "pngs" / name).mkdir(parents=True)
+        for i in range(4):
+            pixels = np.full((8, 8), 60 * k + 10 * i, dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "pngs" / name / f"{i}.png")
+    torch.save({"x": torch.randint(0, 256, (8, 8, 8), dtype=torch.uint8), "y": torch.arange(8) % 2}, tmp_path / "d.pt")
+    too_small = "bad config key 'arch': LeNet-5 takes images of at least 12x12, got 8x8: "
+    any_size = ", or train arch=mnist_mlp, which takes images of any size"
+    for kind, path, fix in (("folder", tmp_path / "pngs", "resize them with data.image_size=N, N at least 12"),
+                            ("tensors", tmp_path / "d.pt", "give images of at least 12x12")):
+        with pytest.raises(ConfigError) as refused:
+            train(own_config("lenet", tmp_path / "run", **{"data.name": kind, "data.path": str(path)}))
+        assert str(refused.value) == too_small + fix + any_size and not (tmp_path / "run").exists()
+    cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "pngs"),
+                                                            "data.image_size": 12}))
+    check_network_fits(make_config(with_found(cfg, load_splits(cfg))))  # resized as it says: LeNet takes them
+
+
+def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_run, pngs, tmp_path, capsys):
+    """predict and the page resize an image to a folder run's size, and say so (an MNIST 7 sent to a
+    model of 8x8 images was answered "4" without a word)."""
+    from starlette.testclient import TestClient
+
+    from bnn_zoo.data.inputs import image_input, image_inputs
+    from bnn_zoo.page.app import create_app
+    from bnn_zoo.page.answers import Answerer
+
+    good = next((pngs / "test" / "seven").iterdir())  # 28x28, the run's size
+    Image.open(good).resize((40, 30)).save(tmp_path / "large.png")
+    files = [str(good), str(tmp_path / "large.png")]
+    assert predict_main([str(folder_run), *files, "--samples", "4", "--json"]) == 0
+    same, large = json.loads(capsys.readouterr().out)
+    assert "resized_from" not in same and large["resized_from"] == [30, 40]
+    assert predict_main([str(folder_run), *files, "--samples", "4"]) == 0
+    _, same_line, large_line = capsys.readouterr().out.splitlines()
+    assert "resized" not in same_line and large_line.endswith(" (resized from 40x30 to the run's 28x28)")
+    config = load(folder_run).config
+    for path in (good, tmp_path / "large.png"):  # what the network reads, either way, is what it read before
+        assert torch.equal(image_input(config, path)[0], image_inputs(config, [path], str(path)))
+    client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
+    for path, resized in ((good, None), (tmp_path / "large.png", [30, 40])):
+        found = client.post(f"/api/answer?model={folder_run}&samples=2", content=path.read_bytes())
+        assert found.json().get("resized_from") == resized
+
+
 @pytest.mark.parametrize("text, message", [
     ("a;b;label\n1;2;x\n3;4;y\n", r"holds the column 'a;b;label' alone: give feature columns beside it, separated by commas"),
     ("a,label\n1,x\n2,\n", r"line 3: the target 'label' is empty; fill or drop the row"),
@@ -570,3 +633,24 @@ def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, t
     assert pixels[0, 0] == 255 and pixels[10, 13] == 20  # white paper under a dark stroke
     from bnn_zoo.data.inputs import pixel_inputs
     assert torch.equal(pixel_inputs(trained.config, pixels[None]), x)
+
+
+def test_a_null_noise_scale_starts_where_a_least_squares_line_leaves_the_targets(tmp_path):
+    """model.noise_scale=null: the residual sd of a line through the training split, in the
+    targets' standard units, kept in the run's config; 1.0 where the rows cannot say, 0.01 at least."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 3, generator=g)
+    y = 5 + 2 * x[:, 0] - x[:, 2] + 0.3 * torch.randn(400, generator=g)
+    write_csv(tmp_path / "r.csv", ["a", "b", "c", "y"], [[*map("{:.5f}".format, r), f"{t:.5f}"]
+                                                         for r, t in zip(x.tolist(), y.tolist())])
+    cfg = resolved(make_config({"arch": "table_mlp", "model": {"likelihood": "gaussian", "noise_scale": None},
+                                "data": {"path": str(tmp_path / "r.csv")}}))
+    splits = load_splits(cfg)
+    found = with_found(cfg, splits)
+    sd = found.data.target_stats[1]
+    assert found.model.noise_scale == pytest.approx(0.3 / sd, rel=0.15)  # sd: about sqrt(5.09)
+    assert least_squares_sd(x[:3], y[:3]) == 1.0  # three rows, four coefficients
+    assert least_squares_sd(x, 2 * x[:, 0]) == NOISE_FLOOR
+    with pytest.raises(ConfigError, match="'model.noise_scale': null starts the noise where a least-squares line "
+                                          "leaves it, which needs your own table; polynomial takes a number"):
+        make_config(None, ["model.noise_scale=null"])

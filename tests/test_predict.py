@@ -81,6 +81,49 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"rule: median >= {rule.threshold}, refuse when mutual_information >")
 
 
+def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncertified_run, tmp_path, capsys):
+    """No rule certified (128 validation images cannot bear risk 0.01): each image is answered with
+    its certified conformal set, not the quantile rule that accepts nearly everything; a set of every
+    class is an "I don't know"; a line says why, what the validation inputs certify and the command."""
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.data.images import load_image
+    from bnn_zoo.runs.loading import load
+
+    images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
+    files = []
+    for i in range(12):
+        files.append(str(tmp_path / f"d{i}.png"))
+        Image.fromarray(images[i].numpy()).save(files[-1])
+    assert main([str(uncertified_run), *files, "--samples", "4", "--json"]) == 0
+    printed = capsys.readouterr()
+    answers = json.loads(printed.out)
+    why = ("no rule is certified for bayes, so each answer is its 80% conformal set: the smallest risk these 128 "
+           "validation inputs certify at delta 0.05 is ")
+    assert printed.err.startswith(why) and printed.err.count("\n") == 1
+    assert f"python -m bnn_zoo.calibrate {uncertified_run} --risk " in printed.err
+    assert "risk 0.01 needs at least 709 validation inputs accepted with no error" in printed.err
+    trained = load(uncertified_run, DEVICE)
+    pyro.set_rng_seed(0)
+    probs = predict(trained.model, trained.guide, normalize(torch.stack([load_image(f) for f in files])).to(DEVICE), 4)
+    in_sets, mean = trained.sets["bayes"].answer(probs), probs.mean(0)
+    assert {len(s) for s in in_sets} - {10} and any(len(s) > 1 for s in in_sets)  # single classes and larger sets
+    for answer, in_set, p in zip(answers, in_sets, mean):
+        assert answer["set"] == {"classes": in_set, "coverage": 0.8} and answer["certified"] is False
+        best = max(in_set, key=lambda c: float(p[c]))
+        assert answer["answer"] == (None if len(in_set) == 10 else best)  # every class: it names none
+        ranked = [] if len(in_set) == 10 else sorted(in_set, key=lambda c: -float(p[c]))  # by mean probability
+        assert list(map(int, answer["accepted"])) == ranked
+    assert main([str(uncertified_run), *files[:2], "--samples", "4"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header == printed.err.strip()
+    for line, answer in zip(lines, answers):
+        names = ", ".join(map(str, answer["set"]["classes"]))
+        held = "I don't know (its 80% set holds every class)"
+        assert line.endswith(f"; 80% set {{{names}}}" if answer["answer"] is not None else held)
+    assert main([str(uncertified_run), files[0], "--samples", "4", "--rule", "quantile", "--json"]) == 0
+    assert "certified" not in json.loads(capsys.readouterr().out)[0]  # the quantile rule, as asked
+
+
 def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared_data, tmp_path, capsys):
     from bnn_zoo.data.sets import load_torchvision
 

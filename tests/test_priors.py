@@ -6,7 +6,7 @@ from conftest import SMALL, ZOO, example_batch
 from pyro.infer import TraceMeanField_ELBO
 
 from bnn_zoo import build
-from bnn_zoo.core.priors import PRIORS, GaussianPrior, ScaleMixturePrior, make_prior
+from bnn_zoo.core.priors import PRIORS, FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
 
 
 def test_gaussian_prior_is_one_event_over_the_weight():
@@ -15,6 +15,16 @@ def test_gaussian_prior_is_one_event_over_the_weight():
     assert prior.event_shape == (3, 4) and prior.batch_shape == ()
     expected = (-0.5 * (w / 0.5) ** 2 - math.log(0.5) - 0.5 * math.log(2 * math.pi)).sum()
     assert prior.log_prob(w).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_the_fan_in_prior_divides_a_weight_s_scale_by_the_root_of_its_inputs():
+    for shape, scale in (([50, 10], 2 / math.sqrt(10)), ([50], 2.0), ([6, 3, 5, 5], 2 / math.sqrt(75))):
+        prior = FanInPrior(2.0)(torch.Size(shape))
+        assert prior.event_shape == tuple(shape) and prior.base_dist.scale.unique().tolist() == pytest.approx([scale])
+    model, _ = build("toy_mlp", num_data=10, hidden=[400], prior=make_prior("fan_in", 1.0))
+    x = torch.linspace(-1, 1, 5).unsqueeze(-1)
+    spread = torch.stack([model(x) for _ in range(2000)]).std(0)  # prior functions, not the weights
+    assert spread.max() < 3  # N(0, 1) on every weight: each output's sd is sqrt(400 x E[relu^2]) ~ 14
 
 
 def test_scale_mixture_log_density_is_the_formula():

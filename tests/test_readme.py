@@ -36,3 +36,11 @@ def test_the_readme_s_shipped_quick_start_runs_as_written():
     exec(compile(example, "README.md", "exec"), found)
     assert found["probs"].shape == (100, 3, 10) and found["decision"].refused.all()  # a blank image is refused
     assert found["in_set"].shape == (3, 10)
+
+
+def test_the_readme_and_getting_started_install_alike():
+    """The first install each page gives is the same command (getting started installed the tests'
+    extra, the README the page's)."""
+    install = re.compile(r'pip install -e "\.\[[a-z,]+\]"')
+    first = {page: install.findall((ROOT / page).read_text())[0] for page in ("README.md", "docs/getting-started.md")}
+    assert first["README.md"] == first["docs/getting-started.md"] == 'pip install -e ".[serve]"', first

@@ -403,3 +403,21 @@ def test_gpu_check_holds_each_capture_against_pyro_s_and_reports_the_targets(tmp
     assert "| lenet predict seconds | 1.500 | <= 1.0 | NO |" in text
     assert check.ratios({"results": {"results": {"lenet": {"zoo": {"steps_per_s": 50.0},
                                                            "zoo_compiled": {"steps_per_s": 175.0}}}}}) == {"lenet": 3.5}
+
+
+@pytest.mark.slow
+def test_tables_runs_the_documented_line_and_its_ensemble_beside_the_baselines(tmp_path, capsys):
+    """iris on its 80/20 split: the row holds the run's test figures (which its resumed ensemble
+    replays to the same), the deep ensemble's, and the baselines scikit-learn fits (logistic
+    regression gets iris's test fifth 30/30 right; its majority class is a fifth of it)."""
+    pytest.importorskip("sklearn")
+    out = tmp_path / "tables"
+    assert load_script("tables").main(["--tables", "iris", "--members", "2", "--override", "train.steps=200",
+                                       "--out", str(out), "--json", str(tmp_path / "t.json")]) == 0
+    row, = json.loads((tmp_path / "t.json").read_text())["rows"]
+    metrics = json.loads((out / "iris_0" / "run" / "metrics.json").read_text())
+    assert row["bayes"] == {"accuracy": metrics["bayes"]["test/accuracy"], "nll": metrics["bayes"]["test/nll"]}
+    assert row["deep_ensemble"]["accuracy"] == metrics["ensemble"]["twin"]["test/accuracy"]
+    assert row["linear"]["accuracy"] == 1.0 and row["mean"]["accuracy"] == pytest.approx(0.2)
+    assert row["command"].startswith("python -m bnn_zoo.train table_classification data.path=")
+    assert f"| iris | 0 | {row['bayes']['accuracy']:.2%} / {row['bayes']['nll']:.3f} |" in capsys.readouterr().out

@@ -506,6 +506,30 @@ def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_
         assert "set" not in ask(client, path.read_bytes(), model=str(certified_run), **knobs).json()
 
 
+def test_where_no_rule_is_certified_the_page_answers_with_the_conformal_set(uncertified_run, shared_data, tmp_path,
+                                                                           capsys):
+    """The page answers as predict does where no rule is certified: with the image's set, and the
+    line that says why; the knobs of the quantile rule still give the quantile rule."""
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    client = TestClient(create_app(Answerer(str(uncertified_run), "cpu"), max_upload=200_000),
+                        base_url="http://localhost:8000")
+    for i in range(6):
+        path = tmp_path / f"{i}.png"
+        Image.fromarray(images[i].numpy()).save(path)
+        assert predict_main([str(uncertified_run), str(path), "--json", "--device", "cpu", "--samples", "4"]) == 0
+        expected = json.loads(capsys.readouterr().out)[0]
+        found = ask(client, path.read_bytes(), model=str(uncertified_run), samples=4).json()
+        assert found["set"] == {"classes": [str(c) for c in expected["set"]["classes"]], "coverage": 0.8}
+        assert found["answer"] == expected["answer"] and found["note"].startswith("no rule is certified for bayes, so ")
+        if found["answer"] is None:
+            assert found["why"] == "its 80% conformal set holds every class"
+        assert found["twin"]["note"].startswith("no rule is certified for twin") and "set" in found["twin"]
+        knobbed = ask(client, path.read_bytes(), model=str(uncertified_run), samples=4, threshold=0.3).json()
+        assert "note" not in knobbed and "set" not in knobbed and knobbed["rule"]["threshold"] == 0.3
+
+
 def test_a_density_gate_says_its_score_in_nats():
     import torch
 

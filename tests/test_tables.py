@@ -66,8 +66,8 @@ def test_a_regression_target_given_to_a_classifier_is_refused(tmp_path):
     path = table(tmp_path, "a,price\n" + "".join(f"{i},{v:.2f}\n" for i, v in enumerate(prices)))
     refused(own(tmp_path, "csv", path), r"t.csv: column 'price' holds \d+ distinct numbers, not all whole, among 200 "
                                         r"rows: too many for a classifier's classes. Was a regression meant "
-                                        r"\(arch=toy_mlp regresses; arch=mnist_mlp classifies\), or is another column "
-                                        r"the target \(data.target=NAME\)\?")
+                                        r"\(python -m bnn_zoo.train table_regression data.path=PATH\), or is another "
+                                        r"column the target \(data.target=NAME\)\?")
     few = table(tmp_path, "a,price\n" + "".join(f"{i},{v:.2f}\n" for i, v in enumerate(prices[:30])), "few.csv")
     refused(own(tmp_path, "csv", few), r"holds 30 distinct numbers, not all whole, among 30 rows")  # fewer than 50
     ids = table(tmp_path, "a,id\n" + "".join(f"{i},{i}\n" for i in range(200)), "ids.csv")
@@ -80,7 +80,8 @@ def test_a_label_far_beyond_the_others_builds_no_class_for_each_number(tmp_path)
     torch.save({"x": torch.randn(20, 3), "y": torch.tensor([0, 1] * 9 + [1, 10 ** 7])}, tmp_path / "d.pt")
     refused(own(tmp_path, "tensors", tmp_path / "d.pt"), rf"d.pt: y holds the label 10000000, where a classifier's "
                                                          rf"labels are 0..K-1, K at most {MAX_CLASSES}: was a "
-                                                         r"regression meant\? arch=toy_mlp regresses")
+                                                         r"regression meant\? python -m bnn_zoo.train "
+                                                         r"table_regression data.name=tensors data.path=PATH regresses")
 
 
 def test_the_line_of_a_bad_cell_is_its_line_in_the_file_after_a_cell_of_two_lines(tmp_path):

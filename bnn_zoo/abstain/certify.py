@@ -98,8 +98,38 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     from ``density_cuts`` of training inputs' scores (a grid fixed before validation is seen).
 
     Raises NotCertified when no rule on the grid can be certified (ask for a higher risk or delta,
-    or calibrate on more inputs)."""
+    or calibrate on more inputs: ``smallest_risk`` says which risk these inputs certify)."""
     check_settings(risk, delta, max_refusal, quantile, signal)
+    n, errors, cuts = rule_counts(probs, labels, quantile, signal, thresholds, cuts, density)
+    p_value, level = p_values(n, errors, risk), delta / len(cuts)
+    certified = certified_rules(p_value, n, level)
+    refused = 1.0 - n.double() / len(labels)
+    if not certified.any():
+        raise NotCertified(f"no rule reaches an error rate of {risk} among accepted inputs with confidence "
+                         f"1 - {delta} on these {len(labels)} validation inputs: ask for a higher risk or "
+                         "delta, or calibrate on more inputs")
+    feasible = certified & (refused <= max_refusal)
+    pool = feasible if feasible.any() else certified
+    j = int(pool.any(0).nonzero()[0]) if feasible.any() else None
+    if j is None:  # max_refusal cannot be met: the certified rule that answers the most
+        i, j = divmod(int(torch.where(pool, -refused, -math.inf).argmax()), len(cuts))
+    else:
+        i = int(pool[:, j].nonzero()[0])
+    rule = Rule(quantile, thresholds[i], signal if math.isfinite(cuts[j]) else None, cuts[j])
+    kept = int(n[i, j])
+    return Calibration(rule, risk, delta, max_refusal, {
+        "size": len(labels), "refused": float(refused[i, j]), "errors": int(errors[i, j]),
+        "risk": int(errors[i, j]) / kept, "p_value": float(p_value[i, j]), "level": level, "candidates": n.numel(),
+        "certified": int(certified.sum()), "max_refusal_met": bool(feasible.any())})
+
+
+def rule_counts(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5,
+                signal: str | None = "mutual_information", thresholds: tuple[float, ...] = THRESHOLDS,
+                cuts: tuple[float, ...] = CUTS, density: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, tuple[float, ...]]:
+    """For every rule on the grid (threshold i, cut j), how many validation inputs it accepts and how
+    many of those it gets wrong (int64 [thresholds, cuts] on the CPU), and the cuts tested (none but
+    no gate where ``signal`` is None)."""
     check_probs(probs)
     if not isinstance(labels, torch.Tensor):
         raise TypeError(f"expected the labels as a torch.Tensor [N], got a {type(labels).__name__}; "
@@ -120,28 +150,44 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     c = torch.tensor(cuts, dtype=score.dtype, device=score.device)
     # accepted[i, j, n]: threshold i and cut j answer input n (the top class reaches the threshold)
     accepted = (top >= t[:, None, None]) & (score <= c[None, :, None])
-    n = accepted.sum(-1)
-    errors = (accepted & wrong).sum(-1)
-    p_value = binomial_cdf(errors.flatten().cpu(), n.flatten().cpu(), risk).view(n.shape)
-    level = delta / len(cuts)
-    passed = (p_value <= level) & (n.cpu() > 0)
-    # a threshold passes its sequence when it and every stricter (higher) one pass
-    certified = passed.flip(0).cumprod(0).flip(0).bool()
-    refused = 1.0 - n.double().cpu() / len(labels)
-    if not certified.any():
-        raise NotCertified(f"no rule reaches an error rate of {risk} among accepted inputs with confidence "
-                         f"1 - {delta} on these {len(labels)} validation inputs: ask for a higher risk or "
-                         "delta, or calibrate on more inputs")
-    feasible = certified & (refused <= max_refusal)
-    pool = feasible if feasible.any() else certified
-    j = int(pool.any(0).nonzero()[0]) if feasible.any() else None
-    if j is None:  # max_refusal cannot be met: the certified rule that answers the most
-        i, j = divmod(int(torch.where(pool, -refused, -math.inf).argmax()), len(cuts))
-    else:
-        i = int(pool[:, j].nonzero()[0])
-    rule = Rule(quantile, thresholds[i], signal if math.isfinite(cuts[j]) else None, cuts[j])
-    kept = int(n[i, j])
-    return Calibration(rule, risk, delta, max_refusal, {
-        "size": len(labels), "refused": float(refused[i, j]), "errors": int(errors[i, j]),
-        "risk": int(errors[i, j]) / kept, "p_value": float(p_value[i, j]), "level": level, "candidates": n.numel(),
-        "certified": int(certified.sum()), "max_refusal_met": bool(feasible.any())})
+    return accepted.sum(-1).cpu(), (accepted & wrong).sum(-1).cpu(), cuts
+
+
+def p_values(n: torch.Tensor, errors: torch.Tensor, risk: float) -> torch.Tensor:
+    """Each rule's p-value of "its error rate among accepted inputs exceeds ``risk``", from the
+    inputs it accepts (``n``) and gets wrong: P(Binomial(n, risk) <= errors)."""
+    return binomial_cdf(errors.flatten(), n.flatten(), risk).view(n.shape)
+
+
+def certified_rules(p_value: torch.Tensor, n: torch.Tensor, level: float) -> torch.Tensor:
+    """bool [thresholds, cuts]: the rules certified by their ``p_value``, each cut's thresholds tested
+    from the strictest down at ``level`` (a threshold passes when it and every stricter one pass)."""
+    passed = (p_value <= level) & (n > 0)
+    return passed.flip(0).cumprod(0).flip(0).bool()
+
+
+def smallest_risk(probs: torch.Tensor, labels: torch.Tensor, delta: float = 0.05, quantile: float = 0.5,
+                  signal: str | None = "mutual_information", thresholds: tuple[float, ...] = THRESHOLDS,
+                  cuts: tuple[float, ...] = CUTS, density: torch.Tensor | None = None) -> float | None:
+    """The smallest risk ``certify`` certifies on these validation inputs at ``delta`` (its other
+    arguments as certify's), rounded up to two significant digits; None where no risk below 1 is.
+    Every risk above a certified one is certified too (a rule's p-value falls as the risk rises),
+    so a bisection finds it."""
+    n, errors, cuts = rule_counts(probs, labels, quantile, signal, thresholds, cuts, density)
+    certifies = lambda risk: bool(certified_rules(p_values(n, errors, risk), n, delta / len(cuts)).any())  # noqa: E731
+    low, high = 0.0, 1.0 - 1e-9
+    if not certifies(high):
+        return None
+    while high - low > 1e-4 * high:
+        middle = (low + high) / 2
+        low, high = (low, middle) if certifies(middle) else (middle, high)
+    step = 10.0 ** (math.floor(math.log10(high)) - 1)  # two significant digits, rounded up: still certified
+    rounded = float(f"{math.ceil(high / step) * step:.2g}")
+    return rounded if rounded < 1 and certifies(rounded) else high
+
+
+def inputs_needed(risk: float, delta: float = 0.05, tests: int = len(CUTS)) -> int:
+    """How many validation inputs a rule must accept, none of them wrong, to certify ``risk`` at
+    ``delta`` when ``tests`` cuts share it (Bonferroni): the fewest n with (1 - risk)^n <= delta / tests,
+    the p-value of zero errors among n."""
+    return math.ceil(math.log(delta / tests) / math.log1p(-risk) - 1e-9)

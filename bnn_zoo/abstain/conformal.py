@@ -122,11 +122,18 @@ class ConformalSets:
                    None if samples is None else int(samples))
 
 
+def fewest_inputs(alpha: float) -> int:
+    """The fewest calibration inputs that give sets at coverage 1 - ``alpha`` a finite threshold, so
+    that a set can be smaller than every class: n >= 1/alpha - 1 (below it ceil((n + 1)(1 - alpha))
+    exceeds n, and every set is every class)."""
+    return math.ceil((1 - alpha) / alpha - 1e-9)
+
+
 def calibrate_sets(probs: torch.Tensor, labels: torch.Tensor, alpha: float = 0.01, score: str = "thr",
                    lam: float = 0.01, k_reg: int = 5, generator: torch.Generator | None = None) -> ConformalSets:
     """Split conformal calibration on held-out inputs (never the training data): ``probs`` their
     predictive ([S, N, C] samples or [N, C]), ``labels`` their classes [N]. With fewer than
-    1/alpha - 1 inputs no finite threshold covers: every set is then every class."""
+    ``fewest_inputs(alpha)`` inputs no finite threshold covers: every set is then every class."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}: sets cover the true class with "
                          "probability 1 - alpha")

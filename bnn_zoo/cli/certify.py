@@ -25,7 +25,7 @@ from torch import nn
 
 from . import options as cli
 from ..abstain.rule import DENSITY, SIGNALS
-from ..abstain.certify import NotCertified, certify, check_settings, density_cuts
+from ..abstain.certify import CUTS, NotCertified, certify, check_settings, density_cuts, inputs_needed, smallest_risk
 from ..abstain.conformal import SCORES as SET_SCORES, calibrate_sets
 from ..posterior import KINDS, TWIN, TWIN_SCALED, certifying, held_part
 from ..runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, save_atomic
@@ -37,6 +37,7 @@ from ..core.errors import ConfigError
 from ..core.likelihoods import Categorical
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..runs.trained import posteriors, sampled_probs
+from ..evaluation.set_answers import certify_advice, sets_advice
 from ..core.predictive import evaluating, seeded
 from ..abstain.temperature import fit_temperature
 from ..runs.files import check_writable, write_atomic
@@ -106,12 +107,13 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
         held = certifying(part, len(labels))
         probs, y = probs[:, held], labels[held]
         sets = {"sets": calibrate_sets(probs, y, alpha, set_score, generator=generator).to_dict()}
+        gate = signal if len(probs) > 1 else "entropy"  # one softmax: no mutual information
         try:
-            calibration = certify(probs, y, risk, delta, max_refusal, quantile,
-                                  signal if len(probs) > 1 else "entropy")  # one softmax: no mutual information
-            certified[part] = {**calibration.to_dict(), "samples": len(probs), **sets}
+            calibration = certify(probs, y, risk, delta, max_refusal, quantile, gate)
+            certified[part] = {**calibration.to_dict(), "samples": len(probs)}
         except NotCertified as err:
-            certified[part] = {"error": str(err), **sets}
+            certified[part] = not_certified(err, risk, delta)
+        certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets)
     if TWIN_SCALED in sampled:
         certified[TWIN_SCALED].update(temperature=trained.temperature, temperature_inputs=fit.stop)
     return {part: certified[part] for part in KINDS if part in certified}
@@ -129,13 +131,19 @@ def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch
         return {"error": f"the {rung.label} has no single network to read features from"}, None
     density = FeatureDensity.fit(feats, y_train)
     cuts = density_cuts(density.score(feats))
-    probs = rung.predict(x)
+    probs, scores = rung.predict(x), density.score(rung.features(x))
+    smallest = {"smallest_risk": smallest_risk(probs, labels, delta, quantile, DENSITY, cuts=cuts, density=scores)}
     try:
-        calibration = certify(probs, labels, risk, delta, max_refusal, quantile, DENSITY, cuts=cuts,
-                              density=density.score(rung.features(x)))
-        return {**calibration.to_dict(), "samples": len(probs)}, density
+        calibration = certify(probs, labels, risk, delta, max_refusal, quantile, DENSITY, cuts=cuts, density=scores)
+        return {**calibration.to_dict(), "samples": len(probs), **smallest}, density
     except NotCertified as err:
-        return {"error": str(err)}, density
+        return {**not_certified(err, risk, delta, len(cuts)), **smallest}, density
+
+
+def not_certified(err: NotCertified, risk: float, delta: float, tests: int = len(CUTS)) -> dict:
+    """calibration.json's entry for a posterior no rule is certified for: why, the risk and delta
+    asked, and how many validation inputs a rule must accept with no error to certify that risk."""
+    return {"error": str(err), "risk": risk, "delta": delta, "inputs_needed": inputs_needed(risk, delta, tests)}
 
 
 def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) -> float | None:
@@ -165,8 +173,9 @@ def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict
     return calibrate_trained(trained, run_dir, **defaults, **given)
 
 
-def summary(certified: dict) -> str:
-    """One line per model: its rule and what validation said about it."""
+def summary(certified: dict, run_dir: str | Path = "RUN_DIR") -> str:
+    """One line per model: its rule and what validation said about it, the smallest risk it
+    certifies, and where no rule is certified what would certify one and how its sets answer."""
     lines = []
     for part, c in certified.items():
         if part == CERTIFIED_WEIGHTS:
@@ -174,12 +183,16 @@ def summary(certified: dict) -> str:
         sets, set_line = c.get("sets"), ""
         if sets:
             threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
-            set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}"
+            too_few = sets_advice(sets, str(run_dir))  # on too few inputs: how many they need
+            set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}" + (
+                f" ({too_few})" if too_few else "")
         if part == TWIN_SCALED and "sets" not in c:
             lines.append(f"{part}: none ({c['error']})")
             continue
         if "error" in c:
-            lines.append(f"{part}: not certified ({c['error']}); the quantile rule stays{set_line}")
+            advice = certify_advice(c, str(run_dir))
+            lines.append(f"{part}: not certified ({c['error']})" + (f"; {advice}" if advice else "") +
+                         f"; until one is, predict, evaluate and the page answer with its conformal set{set_line}")
             continue
         if "temperature" in c:
             set_line += f"; temperature {c['temperature']:.4g}"
@@ -190,9 +203,10 @@ def summary(certified: dict) -> str:
         missed = "" if v.get("max_refusal_met", True) else (
             f"; MAX_REFUSAL MISSED: no certified rule refuses at most {c['max_refusal']:.2%}, so this one answers the "
             "most (train longer, or ask for a higher risk)")
+        smallest = f"; the smallest risk they certify: {c['smallest_risk']:g}" if c.get("smallest_risk") else ""
         lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
                      f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
-                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){missed}{set_line}")
+                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){smallest}{missed}{set_line}")
     return "\n".join(lines)
 
 
@@ -226,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                               max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
                               samples=args.samples, alpha=args.alpha, set_score=args.set_score, seed=args.seed,
                               data_root=args.data_root, twin_signal=args.twin_signal)
-        print(summary(certified))
+        print(summary(certified, args.run_dir))
         return 0
 
     return cli.run(command)

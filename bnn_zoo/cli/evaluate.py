@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                                   args.device)
         write_atomic(output, json.dumps(evaluation.to_dict(), indent=2))
         print(table(evaluation))
+        for result in evaluation.posteriors.values():
+            cli.note(result.note)  # where no rule is certified: the sets answered, and what would certify one
         return 0
 
     return cli.run(command)

@@ -23,12 +23,13 @@ from ..posterior import KINDS
 from ..runs.loading import load, shadowed
 from ..runs.checks import pick_device
 from ..data.sets import found_of, normalize
-from ..data.inputs import class_names, image_inputs
+from ..data.inputs import class_names, image_input
 from ..core.errors import ConfigError, DataError
 from ..data.images import load_image
 from ..runs.trained import gate_density, posteriors
 from ..core.likelihoods import Categorical
 from ..data.own import ROWS, read_rows
+from ..evaluation.set_answers import answering_sets, no_rule_line, set_decision
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,9 +69,11 @@ def _answer(args) -> int:
     answers, inputs, rows = [], [], trained.config.data.name in ROWS
     for path in args.images:
         try:
-            x = _inputs(trained.config, path, args)
+            x, resized_from = _inputs(trained.config, path, args)
             inputs.append(x)
             answers += [{"file": f"{path}:{i + 1}" if rows else path} for i in range(len(x))]
+            if resized_from:  # an image of another size than the run's: say so
+                answers[-1]["resized_from"] = resized_from
         except (ValueError, DataError) as err:
             answers.append({"file": path, "error": str(err)})
     good, names = [a for a in answers if "error" not in a], class_names(trained.config)
@@ -81,24 +84,33 @@ def _answer(args) -> int:
             _regress(rungs[args.posterior], x, good, args.samples)
         return _report(answers, args.json, None, _regression_line)
     header = _classify(trained, rungs[args.posterior], x, good, names, args) if good else None
-    return _report(answers, args.json, header, lambda a: _class_line(a, names))
+    return _report(answers, args.json, header, lambda a: _class_line(a, names, trained.config.data.input_shape))
 
 
 def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list[str], args) -> str:
-    """Each good answer's decision, label, uncertainties and set under the chosen rule; returns the
-    rule in words."""
+    """Each good answer's decision, label, uncertainties and set under the chosen rule, or by its
+    conformal set where no rule is certified; returns the rule in words, or why the sets answer."""
     rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
     probs = posterior.predict(x, args.samples)
-    gate = gate_density(rule, trained, args.posterior, posterior, x)
-    decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
-    sets = trained.sets.get(args.posterior) if args.rule == "calibrated" else None
+    by_sets = answering_sets(trained, args.posterior, len(probs), args.rule)
+    sets = by_sets or (trained.sets.get(args.posterior) if args.rule == "calibrated" else None)
     in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
+    gate = gate_density(rule, trained, args.posterior, posterior, x)
+    decision = set_decision(in_sets, probs) if by_sets else rule(probs, gate)
+    scores = uncertainty(probs, rule.quantile)
     for i, answer in enumerate(good):
         answer.update(decision.describe(i))
         answer["label"] = None if answer["answer"] is None else names[answer["answer"]]
         answer["uncertainty_bits"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
-        if in_sets is not None and answer["answer"] is not None:  # refused, or answered with a set
+        if in_sets is not None and (answer["answer"] is not None or by_sets):  # refused, or answered with a set
             answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
+        if by_sets:
+            answer["certified"] = False
+    if by_sets:
+        why = no_rule_line(trained.calibration[args.posterior], args.posterior, args.run_dir)
+        if args.json:
+            cli.note(why)
+        return why
     text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
         f"rule: {rule.quantile} quantile >= {rule.threshold}"
     if rule.signal == DENSITY:  # minus the log density of its features, in nats
@@ -106,16 +118,22 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     elif rule.signal:
         text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
     certified = args.rule == "quantile" or "rule" in trained.calibration.get(args.posterior, {})
+    other = (f"; its conformal sets answer at the {sets.samples} posterior samples they were certified with "
+             f"(--samples {sets.samples})") if sets else ""
     return text + ("" if certified else " (the quantile rule: this run has no certified rule; "
-                                        "python -m bnn_zoo.calibrate RUN_DIR writes one)")
+                                        f"python -m bnn_zoo.calibrate RUN_DIR writes one{other})")
 
 
-def _class_line(answer: dict, names: list[str]) -> str:
+def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -> str:
+    resized = (f" (resized from {answer['resized_from'][1]}x{answer['resized_from'][0]} to the run's "
+               f"{input_shape[2]}x{input_shape[1]})") if "resized_from" in answer else ""
     if answer["answer"] is None:
-        return f"I don't know (refused by {' and '.join(answer['refused_by'])})"
+        held = f"its {answer['set']['coverage']:.0%} set holds every class" if "set" in answer else \
+            f"refused by {' and '.join(answer['refused_by'])}"
+        return f"I don't know ({held}){resized}"
     in_set = f"; {answer['set']['coverage']:.0%} set {{{', '.join(names[c] for c in answer['set']['classes'])}}}" \
         if "set" in answer else ""
-    return ", ".join(f"{names[c]} ({p:.2f})" for c, p in answer["accepted"].items()) + in_set
+    return ", ".join(f"{names[c]} ({p:.2f})" for c, p in answer["accepted"].items()) + in_set + resized
 
 
 def _regress(posterior, x: torch.Tensor, good: list[dict], samples: int) -> None:
@@ -147,14 +165,15 @@ def _report(answers: list[dict], as_json: bool, header: str | None, line: Callab
     return 1 if any("error" in a for a in answers) else 0
 
 
-def _inputs(cfg, path: str, args) -> torch.Tensor:
+def _inputs(cfg, path: str, args) -> tuple[torch.Tensor, list[int] | None]:
     """One file's inputs as the run's network sees them: an image (a MNIST run reads it as MNIST's
-    digits were drawn, a folder run at its size and channels), or the rows of a CSV or tensor file."""
+    digits were drawn, a folder run at its size and channels), or the rows of a CSV or tensor file;
+    and the image's own size [height, width] where a folder run resized it (else None)."""
     if cfg.data.name in ROWS:
-        return found_of(cfg).normalize(read_rows(cfg, Path(path)))
+        return found_of(cfg).normalize(read_rows(cfg, Path(path))), None
     if found_of(cfg) is not None:
-        return image_inputs(cfg, [Path(path)], path)
-    return normalize(load_image(path, args.invert, args.centre)[None])
+        return image_input(cfg, Path(path))
+    return normalize(load_image(path, args.invert, args.centre)[None]), None
 
 
 def _printable(name: str) -> str:

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from . import options as cli
 from ..evaluation import plots
+from ..evaluation.baseline import mark_no_better
 from .certify import calibrate_run, summary
 from ..core.captured_step import DESCRIBED
 from ..runs.checkpoint import config_dict, replace_config, save_atomic
@@ -39,6 +40,7 @@ from ..runs.checks import check_network_fits, pick_device, recipe
 from ..data.sets import TOY_FUNCTIONS, Splits, load_splits, with_found
 from ..runs.ranks import World
 from ..runs.factory import build_from_config
+from ..data.inputs import class_names
 from ..runs.trained import posteriors
 from ..runs.loop import figures, prefixed, train_phase
 from ..core.nuts import nuts_posterior
@@ -64,6 +66,7 @@ def train(cfg: DictConfig) -> dict:
 
     A new run stops where another run lives (unless ``overwrite=true``); ``resume=DIR`` checks the
     overrides against the stored run, and every ensemble member's config, before anything trains."""
+    inferred = None if cfg.data.name else cfg.data.path  # resolved() tells data.name by data.path's kind
     cfg = resolved(cfg)
     if cfg.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
         check_network_fits(cfg)
@@ -86,6 +89,9 @@ def train(cfg: DictConfig) -> dict:
         trust_given(cfg.arch, OmegaConf.to_container(cfg.model.kwargs), log)  # built, and started: its runs rebuild it
         # after the old run's files went (overwrite=true), before any member trains
         members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
+        if inferred:
+            log(f"data.name={cfg.data.name}, inferred from data.path={inferred} (data.name=folder, tensors or csv "
+                "says otherwise)")
         log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
             f"guide {cfg.model.guide}, run directory {run.dir}{world}")
         metrics = {"config": config_dict(cfg), **train_network(cfg, run, splits, device, stored, world)}
@@ -95,10 +101,13 @@ def train(cfg: DictConfig) -> dict:
             metrics["hmc"] = run_hmc(cfg, splits, run)
         if members:
             metrics["ensemble"] = test_ensemble(cfg, splits, run, device)
+        classes = class_names(cfg) if recipe(cfg).likelihood == "categorical" else None
+        for warning in mark_no_better(metrics, splits, classes):  # a fit no better than ignoring the inputs says so
+            log(warning)
         stale = run.calibration.is_file()  # it certified the weights this run has just changed
         if (cfg.abstention.calibrate or stale) and splits.val is not None and recipe(cfg).likelihood == "categorical":
             metrics["calibration"] = calibrate_run(run.dir, str(device), seed=cfg.seed, data_root=cfg.data.root)
-            log(summary(metrics["calibration"]))
+            log(summary(metrics["calibration"], run.dir))
         if cfg.data.name in TOY_FUNCTIONS:
             metrics["epistemic_sd_within_data"] = spread = plot_toy(cfg, splits, run.dir, device)
             log(f"largest epistemic sd inside the training x range: {figures(spread)}")
@@ -119,8 +128,8 @@ def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dic
         f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={cfg.train.capture})")
     results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, say, stored, world), "kl_estimator": kl}}
     if cfg.train.twin:
-        results["twin"] = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, say,
-                                    stored and stored["twin"], world)
+        twin = TwinPhase(cfg, len(splits.train), device, run.twin_checkpoint)
+        results["twin"] = train_phase(twin, cfg, splits, run_id, say, stored and stored["twin"], world)
     return results
 
 

@@ -6,6 +6,7 @@ Usage::
 
     model, guide = bnn_zoo.build("lenet", num_data=55000)
     model, guide = bnn_zoo.build("mnist_mlp", num_data=55000, hidden=[100], guide="lowrank")
+    model, guide = bnn_zoo.build(architecture("table_mlp", likelihood="gaussian"), num_data=300)
     model, guide = bnn_zoo.build(architecture("mynets:small_cnn", {"width": 32}), num_data=55000)
     twin = bnn_zoo.make_twin("lenet")
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Union
 
 import torch
@@ -44,6 +45,12 @@ class Recipe:
 
 
 CLASSIFIER_DATA, TOY_DATA = ("mnist", "fashion_mnist"), ("polynomial", "sinusoid")
+TABLE = "table_mlp"  # rows of your own, regressed or classified as model.likelihood says
+TABLE_DATA = ("csv", "tensors")  # its data: a CSV table (the default) or a tensor file of rows
+
+
+def _mlp(hidden: list[int], outputs: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
+    return MLP(math.prod(shape), hidden, outputs, dropout)
 
 
 def _lenet(hidden: list[int], outputs: int, dropout: float, shape: tuple[int, ...]) -> nn.Module:
@@ -54,29 +61,32 @@ def _lenet(hidden: list[int], outputs: int, dropout: float, shape: tuple[int, ..
 
 
 ARCHITECTURES: dict[str, Recipe] = {
-    "toy_mlp": Recipe(lambda hidden, outputs, dropout, shape: MLP(math.prod(shape), hidden, outputs, dropout),
-                      "gaussian", TOY_DATA, (1,), (50, 50)),
-    "mnist_mlp": Recipe(lambda hidden, outputs, dropout, shape: MLP(math.prod(shape), hidden, outputs, dropout),
-                        "categorical", CLASSIFIER_DATA, (1, 28, 28), (400, 400)),
+    "toy_mlp": Recipe(_mlp, "gaussian", TOY_DATA, (1,), (50, 50)),
+    "mnist_mlp": Recipe(_mlp, "categorical", CLASSIFIER_DATA, (1, 28, 28), (400, 400)),
     "lenet": Recipe(_lenet, "categorical", CLASSIFIER_DATA, (1, 28, 28)),
+    TABLE: Recipe(_mlp, "categorical", TABLE_DATA, (1,), (50,)),
 }
 
 
 def architecture(name: Union[str, Recipe], kwargs: Optional[dict] = None, likelihood: Optional[str] = None) -> Recipe:
-    """The recipe of a registered architecture, or of a network by name (``package.module:factory``,
-    built as ``factory(**kwargs)``, with ``likelihood``: categorical, the default, or gaussian)."""
+    """The recipe of a registered architecture (table_mlp's with ``likelihood``), or of a network by
+    name (``package.module:factory``, built as ``factory(**kwargs)``, with ``likelihood``); a
+    likelihood is categorical, the default, or gaussian."""
     if isinstance(name, Recipe):
         return name
     if ":" in name:
         return _imported(name, dict(kwargs or {}), likelihood or "categorical")
-    if kwargs or likelihood:
-        raise ValueError(f"model.kwargs and model.likelihood are for a network by name (package.module:factory); "
-                         f"{name} takes neither")
+    if kwargs:
+        raise ValueError(f"model.kwargs are for a network by name (package.module:factory); {name} takes none")
+    if likelihood and name != TABLE:
+        raise ValueError(f"model.likelihood is for {TABLE} and a network by name (package.module:factory); "
+                         f"{name} has its own")
     try:
-        return ARCHITECTURES[name]
+        spec = ARCHITECTURES[name]
     except KeyError:
         raise ValueError(f"unknown architecture {name!r}; choose one of {', '.join(ARCHITECTURES)}, or name a "
                          "network factory as package.module:factory") from None
+    return replace(spec, likelihood=likelihood) if likelihood else spec
 
 
 def _imported(name: str, kwargs: dict, likelihood: str) -> Recipe:

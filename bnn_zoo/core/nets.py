@@ -13,6 +13,14 @@ def _dropout(p: float) -> list[nn.Module]:
     return [nn.Dropout(p)] if p else []  # none at 0, so the layers' names stay those of a plain net
 
 
+class ImageTooSmall(ValueError):
+    """Images smaller than a network takes: ``least`` is the smallest side it takes."""
+
+    def __init__(self, message: str, least: int):
+        super().__init__(message)
+        self.least = least
+
+
 class MLP(nn.Module):
     """Fully connected ReLU network; flattens image inputs. ``dropout``: rate after each hidden layer."""
 
@@ -37,7 +45,7 @@ class LeNet5(nn.Module):
         super().__init__()
         side = (size // 2 - 4) // 2  # after the padded conv, a pool, the 5x5 conv and a pool
         if side < 1:
-            raise ValueError(f"LeNet-5 takes images of at least 12x12, got {size}x{size}")
+            raise ImageTooSmall(f"LeNet-5 takes images of at least 12x12, got {size}x{size}", 12)
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())

@@ -7,6 +7,7 @@ Usage::
 
     prior = GaussianPrior(1.0)
     prior(torch.Size([400, 784]))            # Normal(0, 1) over a 400x784 weight, one event
+    FanInPrior(1.0)(torch.Size([400, 784]))  # Normal(0, 1/784) on each of its entries
     ScaleMixturePrior(0.25, 0.75, 0.1, learn=True)
 """
 from __future__ import annotations
@@ -49,6 +50,20 @@ class GaussianPrior(PyroModule):
 
     def forward(self, shape: torch.Size) -> dist.Distribution:
         scale = self.scale
+        return dist.Normal(torch.zeros_like(scale), scale).expand(shape).to_event(len(shape))
+
+
+class FanInPrior(GaussianPrior):
+    """N(0, scale^2 / fan_in) on each weight of a layer with fan_in inputs (a linear layer's inputs,
+    a convolution's input channels x kernel positions), N(0, scale^2) on a bias: a layer's outputs
+    keep the spread of its inputs whatever their number (Neal 1996), so the prior's functions spread
+    about ``scale`` at any width and number of features; ``learn=True`` fits the scale by the ELBO.
+
+    Usage: ``FanInPrior(1.0)(torch.Size([50, 10]))  # N(0, 1/10) on each of 500 weights``
+    """
+
+    def forward(self, shape: torch.Size) -> dist.Distribution:
+        scale = self.scale / math.sqrt(math.prod(shape[1:]))  # a bias's shape [out] has a fan-in of 1
         return dist.Normal(torch.zeros_like(scale), scale).expand(shape).to_event(len(shape))
 
 
@@ -115,14 +130,17 @@ class ScaleMixturePrior(PyroModule):
         return ScaleMixtureNormal(self.pi, self.scale1, self.scale2).expand(shape).to_event(len(shape))
 
 
-PRIORS = ("gaussian", "scale_mixture")
+PRIORS = ("gaussian", "fan_in", "scale_mixture")
 
 
 def make_prior(kind: str = "gaussian", scale: float = 1.0, pi: float = 0.25, scale1: float = 0.75,
                scale2: float = 0.1, learn: bool = False) -> PyroModule:
-    """The prior a config names: ``gaussian`` (uses scale) or ``scale_mixture`` (pi, scale1, scale2)."""
+    """The prior a config names: ``gaussian`` or ``fan_in`` (use scale) or ``scale_mixture`` (pi,
+    scale1, scale2)."""
     if kind == "gaussian":
         return GaussianPrior(scale, learn)
+    if kind == "fan_in":
+        return FanInPrior(scale, learn)
     if kind == "scale_mixture":
         return ScaleMixturePrior(pi, scale1, scale2, learn)
     raise ValueError(f"unknown prior {kind!r}; choose one of {', '.join(PRIORS)}")

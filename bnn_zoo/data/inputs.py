@@ -2,7 +2,8 @@
 and image files, normalized with MNIST's statistics or, for a run on your own data, its own; and
 what its classes are called.
 
-Usage: ``x = image_inputs(trained.config, [Path("new.png")], "new.png"); names = class_names(trained.config)``
+Usage: ``x = image_inputs(trained.config, [Path("new.png")], "new.png"); names = class_names(trained.config)``;
+``x, resized_from = image_input(trained.config, Path("new.png"))  # its own [H, W] where it was resized``
 """
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ def image_inputs(cfg: DictConfig, files: list[Path], where: str) -> torch.Tensor
         raise DataError(f"this run reads inputs of shape {found.input_shape}, not gray or RGB images: give it files of them")
     channels, height, width = found.input_shape
     return found.normalize(read_images(files, (height, width), channels, where))
+
+
+def image_input(cfg: DictConfig, file: Path) -> tuple[torch.Tensor, list[int] | None]:
+    """One image file as a run on your own images reads it (``image_inputs``), and the size [height,
+    width] it had where that is not the run's, so it was resized (None where it was not)."""
+    found = found_of(cfg)
+    own = read_images([file], None, found.input_shape[0], str(file))  # at its own size
+    if list(own.shape[1:]) == list(found.input_shape):
+        return found.normalize(own), None
+    return image_inputs(cfg, [file], str(file)), list(own.shape[2:])

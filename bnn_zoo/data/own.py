@@ -125,7 +125,7 @@ def _check_classes(cfg: DictConfig, path: Path, found: Examples) -> None:
         why = f"more than the {MAX_CLASSES} classes a classifier may have" if distinct > MAX_CLASSES else \
             "too many for a classifier's classes"
         raise DataError(f"{path}: {what} holds {distinct} distinct {values} among {rows} rows: {why}. Was a regression "
-                        f"meant (arch=toy_mlp regresses; arch={cfg.arch} classifies){other}?")
+                        f"meant (python -m bnn_zoo.train table_regression data.path=PATH){other}?")
 
 
 def read_folder(cfg: DictConfig, path: Path) -> Examples:
@@ -169,12 +169,16 @@ def pixels_of(file: Path | BinaryIO, size: Optional[tuple[int, int]], channels: 
     """One image file (a path, or a binary file object: an upload) as uint8 [H, W] (gray) or [H, W,
     3], decoded by ``bnn_zoo.data.images.decode`` and resized to ``size`` (height, width) with Pillow's
     bilinear filter; ValueError with the reason where it is no image bnn-zoo reads."""
-    from PIL import Image
-
     values = decode(file, channels).round().clamp(0, 255).to(torch.uint8)
     pixels = values[0] if channels == 1 else values.permute(1, 2, 0)
-    if not size:
-        return pixels
+    return resized(pixels, size) if size else pixels
+
+
+def resized(pixels: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """uint8 pixels [H, W] or [H, W, 3] resized to ``size`` (height, width) with Pillow's bilinear
+    filter (an image of that size already is given back as it is)."""
+    from PIL import Image
+
     small = Image.fromarray(pixels.contiguous().numpy()).resize((size[1], size[0]), Image.BILINEAR)
     return torch.from_numpy(np.asarray(small, dtype=np.uint8).copy())
 
@@ -230,7 +234,8 @@ def read_tensors(path: Path, stored: dict, categorical: bool, suffix: str = "") 
                         f"from {y.min().item()}")
     if int(y.max()) >= MAX_CLASSES:  # before a name for each of its classes
         raise DataError(f"{path}: y{suffix} holds the label {int(y.max())}, where a classifier's labels are 0..K-1, "
-                        f"K at most {MAX_CLASSES}: was a regression meant? arch=toy_mlp regresses")
+                        f"K at most {MAX_CLASSES}: was a regression meant? python -m bnn_zoo.train table_regression "
+                        "data.name=tensors data.path=PATH regresses")
     return Examples(x, y.long(), [str(k) for k in range(int(y.max()) + 1)])
 
 
@@ -300,6 +305,26 @@ class Found:
                             + (" (data.image_size=N resizes images)" if len(self.input_shape) == 3 else ""))
         shape = (1, -1, 1, 1) if x.dim() == 4 else (1, *self.input_shape)
         return (x - torch.tensor(self.mean).reshape(shape)) / torch.tensor(self.std).reshape(shape)
+
+
+LEAST_SQUARES_ROWS = 100_000  # a line's residual sd is read from at most this many training rows
+NOISE_FLOOR = 0.01  # of the targets' sd: where a line fits (almost) exactly
+
+
+def least_squares_sd(x: torch.Tensor, y: torch.Tensor) -> float:
+    """The residual sd a least-squares line through the training split (inputs ``x``, standardized
+    targets ``y``) leaves, at least NOISE_FLOOR; 1.0 where there are too few rows to say (no more
+    rows than the line's coefficients): a regression's noise sd to start from, in standard units.
+
+    Usage: ``noise = least_squares_sd(splits.train.x, standardized_targets)``
+    """
+    rows = x[:LEAST_SQUARES_ROWS].flatten(1).double().cpu()  # the CPU's solver takes a rank-deficient line too
+    design, target = torch.cat([rows, torch.ones(len(rows), 1, dtype=rows.dtype)], 1), y[:len(rows)].double().cpu()
+    spare = len(rows) - design.shape[1]  # degrees of freedom the line leaves
+    if spare < 1:
+        return 1.0
+    residual = target - design @ torch.linalg.lstsq(design, target.unsqueeze(1)).solution.squeeze(1)
+    return max(float((residual.pow(2).sum() / spare).sqrt()), NOISE_FLOOR)
 
 
 def name_problem(name: str) -> Optional[str]:

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.architectures import likelihood_of
 from ..core.errors import DataError
-from .own import OWN_DATA, Found, read_own
+from .own import OWN_DATA, Found, least_squares_sd, read_own
 
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -253,8 +253,9 @@ def _own_splits(cfg: DictConfig) -> Splits:
 
 def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
     """``cfg`` holding what its own data's training split showed (input shape, classes,
-    normalization, validation size), so its checkpoint answers without the data; its data.ood
-    folders made absolute, so they are found from anywhere."""
+    normalization, validation size; a regression's noise sd to start from where
+    model.noise_scale=null), so its checkpoint answers without the data; its data.ood folders made
+    absolute, so they are found from anywhere."""
     cfg = cfg.copy()
     for name, folder in cfg.data.ood.items():
         cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
@@ -263,6 +264,9 @@ def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
     for name, value in asdict(splits.found).items():  # each of Found's fields is the data key of its name
         cfg.data[name] = value
     cfg.data.val_size = 0 if splits.val is None else len(splits.val)
+    if cfg.model.noise_scale is None and splits.found.target_stats is not None:
+        mean, sd = splits.found.target_stats
+        cfg.model.noise_scale = least_squares_sd(splits.train.x, (splits.train.y - mean) / sd)
     cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
     if cfg.data.test_path:
         cfg.data.test_path = str(Path(cfg.data.test_path).expanduser().resolve())

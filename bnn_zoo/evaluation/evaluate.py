@@ -33,17 +33,19 @@ from .split_fits import fit_references
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from ..runs.trained import gate_density, posteriors
 from ..core.predictive import seeded
+from .set_answers import SetAnswer, answering_sets, no_rule_line
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
 
-def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, sets: ConformalSets | None = None,
-                    by_target: dict[float, ConformalSets] | None = None,
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule | SetAnswer,
+                    sets: ConformalSets | None = None, by_target: dict[float, ConformalSets] | None = None,
                     gate: torch.Tensor | None = None) -> InDistribution:
-    """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone), accuracy on the
-    accepted inputs, set-valued answers, the selective risks, and the conformal ``sets``' coverage
-    and mean size over every input (their guarantee is over all of them, refused or not), and those
-    of the sets ``by_target`` coverage. ``gate``: the density scores a density gate reads."""
+    """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone; answered by a
+    ``SetAnswer``, the sets of every class), accuracy on the accepted inputs, set-valued answers,
+    the selective risks, and the conformal ``sets``' coverage and mean size over every input (their
+    guarantee is over all of them, refused or not), and those of the sets ``by_target`` coverage.
+    ``gate``: the density scores a density gate reads."""
     decision = rule(probs, gate)
     labels = labels.to(probs.device)
     accepted = ~decision.refused
@@ -72,7 +74,8 @@ def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float =
             "risk_at_99": at[0.99]}
 
 
-def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule, in_density: torch.Tensor | None = None,
+def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule | SetAnswer,
+               in_density: torch.Tensor | None = None,
                ood_density: torch.Tensor | None = None, gate: torch.Tensor | None = None) -> OODResult:
     """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection
     figures by entropy, mutual information and (given both sets' scores) the feature density, for
@@ -89,7 +92,7 @@ def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule, in_d
         by_feature_density=None if in_density is None else Detection(**detection(in_density, ood_density)))
 
 
-def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule, sets: ConformalSets | None,
+def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule | SetAnswer, sets: ConformalSets | None,
                      seed: int = 0, gate: torch.Tensor | None = None) -> float:
     """The share of overlaid digits (``pairs`` [N, 2], their two classes) refused, or answered with
     a set holding both: the certified conformal set where the posterior has one, else the rule's."""
@@ -119,7 +122,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
                  device: str = "auto") -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
-    ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
+    ``bnn_zoo.posterior.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
@@ -129,17 +132,25 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     if twice:  # its figures would overwrite each other's
         raise ConfigError(f"the OOD set name {twice!r} is given twice (sets: {', '.join(names)}; the run's data.ood and "
                           "--ood): give each folder a name of its own")
+    by_sets = {part: answering_sets(trained, part, rung.rows(num_samples), rule)  # where no rule is certified
+               for part, rung in posteriors(trained).items()}
     with seeded(seed, trained.device):
-        results, skipped = _evaluate(trained, rules, x.to(trained.device), labels, ood, ood_size,
+        results, skipped = _evaluate(trained, rules, by_sets, x.to(trained.device), labels, ood, ood_size,
                                      num_samples, root, seed)
+    for part, sets in by_sets.items():
+        if sets is not None and part in results:
+            results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
     return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
 
 
-def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tensor, ood: tuple[str, ...],
-              ood_size: int | dict[str, int], num_samples: int, root: str | None,
+def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,
+              ood: tuple[str, ...], ood_size: int | dict[str, int], num_samples: int, root: str | None,
               seed: int) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
-    """evaluate_run's figures per posterior, and the OOD sets skipped (missing data) with why."""
+    """evaluate_run's figures per posterior, each under its rule or, where ``by_sets`` holds its sets
+    (no rule certified), with each input's set as its answer; and the OOD sets skipped (missing data)
+    with why."""
     rungs = posteriors(trained)
+    answer = {part: rules[part] if by_sets.get(part) is None else SetAnswer(by_sets[part], seed) for part in rungs}
     progress = tqdm(total=len(rungs) * (2 + len(ood)), desc="evaluate", unit="set", leave=False)
     in_probs, costs = {}, {}
     for part, posterior in rungs.items():
@@ -152,7 +163,7 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
     progress.update(len(rungs))
     density = {part: d.score(rungs[part].features(x)) for part, d in refs.density.items()}
     results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
-        in_probs[part], labels, rules[part], trained.sets.get(part), refs.sets.get(part),
+        in_probs[part], labels, answer[part], trained.sets.get(part), refs.sets.get(part),
         gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
     skipped = {}
     for entry in ood:
@@ -170,9 +181,9 @@ def _evaluate(trained: Trained, rules: dict, x: torch.Tensor, labels: torch.Tens
             progress.update()
             probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
             scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
-            results[part].ood[name] = result = ood_result(in_probs[part], probs, rules[part], *scores, gate)
+            results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
             if pairs is not None:
-                result.handled = handled_overlaid(probs, pairs, rules[part], trained.sets.get(part), seed, gate)
+                result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
     progress.close()
     return results, skipped
 
@@ -208,7 +219,8 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def table(evaluation: Evaluation) -> str:
     """Every figure as a text table, a row per figure (named by its path in eval.json's posteriors,
     e.g. ood/notmnist/by_entropy/auroc), a column per posterior."""
-    rows = {part: _flat(r.to_dict()) for part, r in evaluation.posteriors.items()}
+    rows = {part: _flat({k: v for k, v in r.to_dict().items() if k != "note"})  # the notes go below it
+            for part, r in evaluation.posteriors.items()}
     keys = list(dict.fromkeys(k for row in rows.values() for k in row))
     cell = lambda c: f"{c:.4f}" if isinstance(c, float) else "n/a" if c is None else str(c)  # noqa: E731
     widths = {p: max(len(p), *(len(cell(row.get(k))) for k in keys)) for p, row in rows.items()}  # no cell overflows

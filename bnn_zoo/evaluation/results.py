@@ -112,15 +112,18 @@ class PosteriorResult:
     cost: Cost
     test: InDistribution
     ood: dict[str, OODResult] = field(default_factory=dict)
+    # Where no rule is certified: why, and that each answer (the figures of refusals) is its conformal set
+    note: str | None = None
 
     def to_dict(self) -> dict:
-        return {"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),
-                "test": self.test.to_dict(), "ood": {name: o.to_dict() for name, o in self.ood.items()}}
+        return _without_none({"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),
+                              "test": self.test.to_dict(), "ood": {name: o.to_dict() for name, o in self.ood.items()},
+                              "note": self.note})
 
     @classmethod
     def from_dict(cls, d: dict) -> "PosteriorResult":
         return cls(d["posterior"], Rule.from_dict(d["rule"]), Cost(**d["cost"]), InDistribution.from_dict(d["test"]),
-                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()})
+                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()}, d.get("note"))
 
 
 @dataclass

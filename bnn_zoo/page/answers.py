@@ -14,6 +14,7 @@ import torch
 
 from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
 from ..runs.checks import pick_device
+from ..abstain.conformal import ConformalSets
 from ..data.sets import found_of
 from ..data.inputs import class_names, pixel_inputs
 from ..core.errors import UserError
@@ -21,6 +22,7 @@ from ..posterior import Posterior
 from ..runs.trained import gate_density, posteriors
 from ..core.likelihoods import Categorical
 from ..core.predictive import seeded
+from ..evaluation.set_answers import SET_ANSWER, answering_sets, no_rule_line, set_decision
 from ..runs.trained import Trained
 from ..runs.loading import load, shipped_names
 
@@ -105,26 +107,37 @@ class Answerer:
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
             gates = {part: gate_density(rules[part], model.trained, part, rung, x)
                      for part, rung in (("bayes", model.bayes), ("twin", model.twin)) if rung is not None}
+            untouched = threshold is None and quantile is None  # the run's own rule, or its sets where it has none
+            by_sets = {part: answering_sets(model.trained, part, len(drawn)) if untouched else None
+                       for part, drawn in (("bayes", probs), ("twin", twin)) if drawn is not None}
             sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
-            certified_knobs = threshold is None and quantile is None and sets and sets.certified_at(samples)
+            certified_knobs = untouched and by_sets["bayes"] is None and sets and sets.certified_at(samples)
             in_set = sets.answer(probs, seed)[0] if certified_knobs else None
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
-                 **_judged(probs, rules["bayes"], model.classes, gates["bayes"]),
+                 **_judged(probs, rules["bayes"], model.classes, gates["bayes"], by_sets["bayes"], seed),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
         if in_set is not None and response["answer"] is not None:  # refused, or answered with its certified set
             response["set"] = {"classes": [model.classes[c] for c in in_set], "coverage": 1 - sets.alpha}
         if twin is not None:
             response["twin"] = {"posterior": model.twin.label,
-                                **_judged(twin, rules["twin"], model.classes, gates["twin"]),
+                                **_judged(twin, rules["twin"], model.classes, gates["twin"], by_sets["twin"], seed),
                              "probs": twin.mean(0)[0].cpu().tolist()}
+        for part, answered in (("bayes", response), ("twin", response.get("twin"))):
+            if by_sets.get(part) is not None:  # no rule is certified: the set answered
+                answered["note"] = no_rule_line(model.trained.calibration[part], part, name)
         response["seconds"] = round(time.perf_counter() - started, 4)
         return response
 
 
-def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Tensor | None = None) -> dict:
-    """One input's decision under ``rule`` (``gate``: the density scores a density gate reads), with
-    the words the page shows."""
-    decision, scores = rule(probs, gate), uncertainty(probs, rule.quantile)
+def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Tensor | None = None,
+            sets: ConformalSets | None = None, seed: int = 0) -> dict:
+    """One input's decision under ``rule`` (``gate``: the density scores a density gate reads), or
+    its conformal set as its answer where ``sets`` are given (no rule is certified), with the words
+    the page shows."""
+    in_set = sets.answer(probs, seed)[0] if sets is not None else None
+    ruled = rule(probs, gate)  # its quantiles are what the page plots, whichever answers
+    decision = ruled if sets is None else set_decision([in_set], probs)
+    scores = uncertainty(probs, rule.quantile)
     described = decision.describe(0)
     names = [classes[c] for c in described["accepted"]]
     if described["answer"] is None:
@@ -137,9 +150,14 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Ten
     if rule.signal in described["refused_by"]:
         value, unit = (gate, "nats") if rule.signal == DENSITY else (scores[rule.signal], "bits")
         reasons.append(f"{rule.signal.replace('_', ' ')} {float(value[0]):.3g} {unit} > {rule.cut:.3g}")
-    return {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
-            "quantiles": decision.quantile_probs[0].cpu().tolist(),
-            "uncertainty_bits": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
+    if SET_ANSWER in described["refused_by"]:
+        reasons.append(f"its {1 - sets.alpha:.0%} conformal set holds every class")
+    judged = {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
+              "quantiles": ruled.quantile_probs[0].cpu().tolist(),
+              "uncertainty_bits": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
+    if in_set is not None:
+        judged["set"] = {"classes": [classes[c] for c in in_set], "coverage": 1 - sets.alpha}
+    return judged
 
 
 def _quantile_name(q: float) -> str:

@@ -16,7 +16,7 @@ from ..data.sets import found_of
 from ..data.ood_sets import white_noise
 from ..core.errors import UserError
 from ..data.images import load_image
-from ..data.own import pixels_of
+from ..data.own import pixels_of, resized
 from ..data.ood_sets import drawing, glyph, matplotlib_font
 from .answers import Answerer, BadRequest
 
@@ -42,18 +42,20 @@ def example_pixels(name: str) -> torch.Tensor:
     return EXAMPLES[name][1]()
 
 
-def read_image(body: bytes, as_mnist: bool = True) -> torch.Tensor:
+def read_image(body: bytes, as_mnist: bool = True) -> tuple[torch.Tensor, list[int] | None]:
     """Uploaded or drawn image bytes as the predict command line reads a file: uint8 [28, 28]; for
     a run on your own images (not ``as_mnist``) as it and predict read them (``pixels_of``: the
-    whole image resized, neither inverted nor centred)."""
+    whole image resized, neither inverted nor centred), with the size [height, width] it had where
+    that was not 28x28 (None where it was, or for a MNIST run, whose digits are centred as MNIST's)."""
     if not body:
         raise BadRequest("nothing was sent: draw a digit on the canvas, choose an image file, or click an example")
     try:
         if as_mnist:
-            return load_image(io.BytesIO(body))
-        return pixels_of(io.BytesIO(body), (28, 28), 1)
+            return load_image(io.BytesIO(body)), None
+        pixels = pixels_of(io.BytesIO(body), None, 1)
     except ValueError as err:
         raise BadRequest(f"cannot use this file: {err}") from None
+    return resized(pixels, (28, 28)), None if pixels.shape == (28, 28) else list(pixels.shape)
 
 
 def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str] | None = None,
@@ -101,7 +103,9 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
 
         def work():  # decoding an upload takes a while too: in the thread pool, beside the answer
             as_mnist = found_of(answerer.model(name).trained.config) is None  # else read as its own images were
-            return answerer.answer(name, example_pixels(example) if example else read_image(body, as_mnist), **knobs)
+            pixels, resized_from = (example_pixels(example), None) if example else read_image(body, as_mnist)
+            answered = answerer.answer(name, pixels, **knobs)
+            return {**answered, "resized_from": resized_from} if resized_from else answered  # said, not silent
 
         return JSONResponse(await _in_thread(work))
 

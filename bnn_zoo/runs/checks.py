@@ -20,9 +20,10 @@ from ..abstain.conformal import SCORES as SET_SCORES
 from ..core.errors import ConfigError
 from ..core.guides import GUIDES
 from ..core.likelihoods import NOISE_MODES
+from ..core.nets import ImageTooSmall
 from ..data.own import OWN_DATA, ROWS, name_problem
 from ..core.priors import PRIORS
-from ..core.architectures import ARCHITECTURES, Recipe, architecture, make_net
+from ..core.architectures import ARCHITECTURES, TOY_DATA, Recipe, architecture, make_net
 
 MAX_SAMPLES = 10000  # posterior samples per input, for any figure
 MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
@@ -47,7 +48,8 @@ COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
 # The whole-number keys: (least, most); null, where allowed, means a default
 WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.image_size": COUNT, "data.channels": (1, 3),
          "data.train_limit": COUNT, "data.test_limit": COUNT,
-         "train.epochs": COUNT, "train.batch_size": COUNT, "train.lr_step": COUNT, "train.num_particles": COUNT,
+         "train.epochs": COUNT, "train.steps": COUNT, "train.patience": COUNT, "train.batch_size": COUNT,
+         "train.lr_step": COUNT, "train.num_particles": COUNT, "train.threads": COUNT,
          "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
          "train.twin_epochs": COUNT, "train.members": COUNT, "mcmc.num_samples": COUNT,
          "mcmc.warmup_steps": SIZE, "mcmc.max_tree_depth": COUNT, "abstention.samples": (1, MAX_SAMPLES),
@@ -134,9 +136,13 @@ def check(cfg: DictConfig) -> None:
     if cfg.data.name is not None and cfg.data.name not in suits:
         raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
                           f"{cfg.arch}; choose one of {', '.join(suits)}")
-    if cfg.data.name in OWN_DATA and not cfg.data.path:
-        raise ConfigError(f"bad config key 'data.path': data.name={cfg.data.name} reads your own data; give "
+    data = cfg.data.name or spec.datasets[0]  # table_mlp's default is a table of yours
+    if data in OWN_DATA and not cfg.data.path:
+        raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
+    if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
+        raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "
+                          f"leaves it, which needs your own table; {data} takes a number (for example 0.1)")
     if cfg.model.hidden is not None and not spec.has_hidden:
         raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
     if cfg.train.twin_dropout and cfg.arch not in ARCHITECTURES:
@@ -156,6 +162,15 @@ def check(cfg: DictConfig) -> None:
         if value is not None and not least <= value <= most:
             raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
                               f"got {show(value)}")
+    t = cfg.train
+    if (t.epochs is None) == (t.steps is None):
+        raise ConfigError("bad config key 'train.steps': give train.epochs or train.steps, not both (train.epochs=null "
+                          "plans the run in steps, train.steps=null in epochs)" if t.steps is not None else
+                          "bad config key 'train.epochs': give train.epochs=N or train.steps=N, the run's length")
+    if t.patience is not None and (cfg.data.val_size == 0 or data in TOY_DATA):
+        fix = f"the {data} set has none: drop it (train.patience=null)" if data in TOY_DATA else \
+            "data.val_size=0 holds none out: give data.val_size=N or train.patience=null"
+        raise ConfigError(f"bad config key 'train.patience': early stopping watches the validation NLL, and {fix}")
     if cfg.data.channels == 2:
         raise ConfigError("bad config key 'data.channels': choose 1 (gray) or 3 (RGB), not 2")
     for key in POSITIVE:
@@ -219,6 +234,24 @@ def recipe(cfg: DictConfig) -> Recipe:
     return replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
 
 
+# What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
+DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
+
+
+def data_kind(path: str) -> str:
+    """The kind of your own data ``path`` holds: a folder of images per class (``folder``), a CSV
+    table (``csv``) or a tensor file (``tensors``), told by the folder or the file's suffix; a
+    ConfigError where neither says."""
+    where = Path(path).expanduser()
+    if where.is_dir():
+        return "folder"
+    if where.suffix.lower() in DATA_SUFFIXES:
+        return DATA_SUFFIXES[where.suffix.lower()]
+    held = "a file of another kind" if where.exists() else "not there"
+    raise ConfigError(f"bad config key 'data.name': left out, and data.path={show(path)} ({held}) is neither a folder "
+                      "nor a .csv, .pt or .npz file to tell its kind by: give data.name=folder, tensors or csv")
+
+
 def check_network_fits(cfg: DictConfig) -> None:
     """The network ``cfg`` names must be built, and take its data's shape: a network by name (its
     factory called, under ``bnn_zoo.core.network_names``' guard) or one on your own data, once its shape
@@ -229,6 +262,11 @@ def check_network_fits(cfg: DictConfig) -> None:
     try:
         with torch.random.fork_rng(devices=[]):
             make_net(recipe(cfg), None if cfg.model.hidden is None else list(cfg.model.hidden), cfg.model.noise)
+    except ImageTooSmall as err:  # what resizes them, and a network that takes any size
+        resize = (f"resize them with data.image_size=N, N at least {err.least}" if cfg.data.name == "folder" else
+                  f"give images of at least {err.least}x{err.least}")
+        raise ConfigError(f"bad config key 'arch': {err}: {resize}, or train arch=mnist_mlp, which takes images of "
+                          "any size") from None
     except ValueError as err:
         raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
 

@@ -13,7 +13,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .checks import check, check_layout, recipe, short_quotes, show
+from .checks import check, check_layout, data_kind, recipe, short_quotes, show
 from ..core.errors import ConfigError
 from ..core.architectures import CLASSIFIER_DATA
 
@@ -21,10 +21,12 @@ from ..core.architectures import CLASSIFIER_DATA
 @dataclass
 class ModelConfig:
     # Hidden widths of the MLPs; null takes the architecture's default (toy_mlp: [50, 50],
-    # mnist_mlp: [400, 400]). LeNet-5's shape is fixed.
+    # mnist_mlp: [400, 400], table_mlp: [50]). LeNet-5's shape is fixed.
     hidden: Optional[list[int]] = None
-    # Prior on every weight and bias: gaussian, N(0, prior_scale^2), or scale_mixture, Bayes by
-    # Backprop's mixture_pi N(0, mixture_scale1^2) + (1 - mixture_pi) N(0, mixture_scale2^2).
+    # Prior on every weight and bias: gaussian, N(0, prior_scale^2); fan_in, N(0, prior_scale^2 / fan_in)
+    # on a weight of a layer with fan_in inputs and N(0, prior_scale^2) on a bias (functions that spread
+    # about prior_scale at any width); or scale_mixture, Bayes by Backprop's mixture_pi N(0,
+    # mixture_scale1^2) + (1 - mixture_pi) N(0, mixture_scale2^2).
     prior: str = "gaussian"
     prior_scale: float = 1.0
     mixture_pi: float = 0.25
@@ -44,9 +46,12 @@ class ModelConfig:
     reparam: str = "weights"
     # Regression only. noise: fixed (noise_scale), homoscedastic (one learned scale, starting at noise_scale)
     # or heteroscedastic (the network predicts it at each input); in standard units of data.target_stats.
+    # noise_scale null, for your own data: the residual sd a least-squares line through the training
+    # split leaves (small where the inputs nearly fix the target, near 1 where they hardly explain it).
     noise: str = "fixed"
-    noise_scale: float = 1.0
-    # arch: package.module:factory: its keyword arguments; its outputs' likelihood (null: categorical)
+    noise_scale: Optional[float] = 1.0
+    # arch: package.module:factory: its keyword arguments. Its outputs' likelihood, and table_mlp's:
+    # categorical or gaussian (null: categorical)
     kwargs: Dict[str, Any] = field(default_factory=dict)
     likelihood: Optional[str] = None
 
@@ -54,8 +59,8 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     # mnist, fashion_mnist (classifiers), polynomial, sinusoid (toy_mlp), or your own (bnn_zoo.data.own):
-    # folder (a subfolder of images per class), tensors (.pt or .npz of x and y) or csv; null: the
-    # architecture's default.
+    # folder (a subfolder of images per class), tensors (.pt or .npz of x and y) or csv; null: told by
+    # data.path where given (a folder, .csv, .pt or .npz), else the architecture's default.
     name: Optional[str] = None
     # Folder holding <Name>/raw/ as torchvision lays it out; null: $BNN_ZOO_DATA, else ./data.
     root: Optional[str] = None
@@ -86,7 +91,11 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: int = 10
+    # The run's length: epochs, or optimizer steps (minibatches of batch_size) from which the epochs
+    # follow, ceil(steps / minibatches per epoch) by the training split's size, so a table of 300 rows
+    # and one of a million learn for about as long. Give one of the two (epochs=null plans in steps).
+    epochs: Optional[int] = 10
+    steps: Optional[int] = None
     batch_size: int = 128
     lr: float = 1e-3
     # constant, cosine (to lr * lr_min_factor over the run) or step (x lr_gamma every lr_step epochs)
@@ -96,7 +105,7 @@ class TrainConfig:
     lr_gamma: float = 0.5
     num_particles: int = 1
     # The negative ELBO (bnn_zoo.core.elbo.SplitELBO), logged as data fit + KL. meanfield: the KL in
-    # closed form where the prior has one (gaussian), by Monte Carlo where not (scale_mixture), as
+    # closed form where the prior has one (gaussian, fan_in), by Monte Carlo where not (scale_mixture), as
     # Pyro's TraceMeanField_ELBO; trace: Monte Carlo throughout, as Pyro's Trace_ELBO.
     elbo: str = "meanfield"
     # Tempering: minimize data fit + kl_weight x KL (1: the ELBO, the Bayesian posterior).
@@ -104,11 +113,16 @@ class TrainConfig:
     # Posterior samples used for the validation figures after each epoch and the final test.
     val_samples: int = 20
     test_samples: int = 100
-    # Evaluate on the validation set (and checkpoint) every N epochs.
-    eval_every: int = 1
+    # Evaluate on the validation set (and checkpoint) every N epochs; null: about 50 times a run
+    # (every planned epochs // 50, at least every epoch).
+    eval_every: Optional[int] = 1
+    # Early stopping: stop once the validation NLL has not fallen below its best for this many
+    # evaluations in a row. The checkpoint is then written only at a new best, so it holds the best
+    # evaluation's weights, and the test figures are theirs. null: train the whole plan.
+    patience: Optional[int] = None
     # Also train the deterministic twin (same network, point weights, maximum likelihood).
     twin: bool = True
-    twin_epochs: Optional[int] = None  # null: same as epochs
+    twin_epochs: Optional[int] = None  # null: as many as the Bayesian network's (epochs, or those steps make)
     twin_lr: Optional[float] = None  # null: same as lr
     # MC dropout: train the twin with dropout at this rate after its hidden layers (LeNet-5: the fully
     # connected ones) and sample it with dropout on (bnn_zoo.posterior.DropoutPosterior); 0: a plain twin.
@@ -118,6 +132,10 @@ class TrainConfig:
     # ensemble. Member 0 is the run itself, member N lives in RUN_DIR/members/N.
     members: int = 1
     progress: bool = True
+    # CPU threads torch's operations use while a phase trains and validates (null: torch's own
+    # choice, one per core). A small network's steps gain nothing from a second thread and lose much
+    # when other work shares the cores: the table configs take 1.
+    threads: Optional[int] = None
     # The Bayesian network's training step captured once and replayed (bnn_zoo.core.captured_step): compile
     # (torch.compile fuses it; on CUDA in a CUDA graph), trace (replayed op by op, no compiler),
     # eager (Pyro's Python every step), auto (compile from 3,000 planned steps, trace from 300,
@@ -272,11 +290,19 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
 
 
 def resolved(cfg: DictConfig) -> DictConfig:
-    """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly."""
+    """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly; your own
+    data's kind from its path where ``data.name`` is left out (``data_kind``)."""
     cfg = cfg.copy()
     spec = recipe(cfg)
     if cfg.model.hidden is None and spec.has_hidden:
         cfg.model.hidden = list(spec.default_hidden)
+    if cfg.data.name is None and cfg.data.path:
+        cfg.data.name = data_kind(cfg.data.path)
+        try:  # the kind must suit the network: said before any data is read
+            check(cfg)
+        except ConfigError as err:
+            inferred = f"data.name={cfg.data.name}, inferred from data.path={show(cfg.data.path)}"
+            raise ConfigError(f"{err} ({inferred})") from None
     if cfg.data.name is None:
         cfg.data.name = spec.datasets[0]
     if cfg.data.val_size is None and cfg.data.name in CLASSIFIER_DATA:

@@ -1,9 +1,11 @@
 """The one loop every phase of training runs in (``bnn_zoo.runs.phases``): Adam, the learning-rate
 schedule replayed on resume, minibatches on the device, a progress bar, validation and a checkpoint
-every ``train.eval_every`` epochs (only from finite parameters), early stopping, and one line on
-what a diverged or stopped run keeps and how to resume it.
+every ``train.eval_every`` epochs (only from finite parameters), early stopping (at a validation
+accuracy, or after ``train.patience`` evaluations without a better validation NLL, the best
+evaluation's weights kept), and one line on what a diverged or stopped run keeps and how to resume it.
 
-Usage: ``figures = train_phase(TwinPhase(cfg, device, run.twin_checkpoint), cfg, splits, run_id, log, stored)``
+Usage: ``figures = train_phase(TwinPhase(cfg, len(splits.train), device, run.twin_checkpoint), cfg, splits, run_id,
+log, stored)``
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import math
 import statistics
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,7 +21,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from .checkpoint import config_dict, restore_rng, rng_state, save_atomic
+from .checkpoint import config_dict, read, restore_rng, rng_state, save_atomic
 from ..data.sets import Splits, TensorSet
 from .ranks import World
 from ..core.errors import ConfigError, StorageError, TrainingError
@@ -44,18 +47,27 @@ def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int,
     return scheduler
 
 
+EVALUATIONS = 50  # train.eval_every=null: about this many evaluations a run
+
+
+def evaluation_interval(t: DictConfig, epochs: int) -> int:
+    """Every how many epochs a run of ``epochs`` evaluates: train.eval_every, or with null about
+    EVALUATIONS times a run (at least every epoch)."""
+    return t.eval_every or max(1, epochs // EVALUATIONS)
+
+
 def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
         t: DictConfig, epochs: int, history: list, per_example: float,
         after_epoch: Callable[[dict, bool], Optional[bool]], world: World = World()) -> None:
     """The epoch loop shared by the BNN and its twin: minibatches on the device (a rank's share of
     each, ``bnn_zoo.runs.ranks``), a progress bar, a check for non-finite losses, then
     ``after_epoch(record, due)``, where ``due`` says it is time to evaluate and checkpoint (every
-    ``t.eval_every`` epochs and the last); it returns True to stop early.
+    ``evaluation_interval`` epochs and the last); it returns True to stop early.
 
     ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
     """
     batch_size = t.batch_size * world.size  # the global minibatch: train.batch_size on each rank
-    steps = math.ceil(len(train_set) / batch_size)
+    steps, every = math.ceil(len(train_set) / batch_size), evaluation_interval(t, epochs)
     # One bar per epoch; for one-step epochs (the toy sets) one bar over the epochs instead.
     shown = t.progress and world.main
     over_epochs = tqdm(range(len(history), epochs), desc=label, dynamic_ncols=True,
@@ -90,8 +102,20 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
                   "lr": optimizer.param_groups[0]["lr"]}
         if not over_epochs.disable:
             over_epochs.set_postfix(loss=f"{mean_loss:.4f}", refresh=False)
-        if after_epoch(record, (epoch + 1) % t.eval_every == 0 or epoch + 1 == epochs):
+        if after_epoch(record, (epoch + 1) % every == 0 or epoch + 1 == epochs):
             break
+
+
+@contextmanager
+def cpu_threads(count: Optional[int]):
+    """torch's CPU threads set to ``count`` inside (None: left as they are), restored after."""
+    before = torch.get_num_threads()
+    if count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def adam(params, lr: float) -> torch.optim.Adam:
@@ -102,6 +126,29 @@ def adam(params, lr: float) -> torch.optim.Adam:
 def reached(record: dict, target: Optional[float]) -> bool:
     """Whether an epoch's validation accuracy reached ``target`` (never when target is None)."""
     return target is not None and record.get("val/accuracy", -1.0) >= target
+
+
+class Patience:
+    """Early stopping on the validation NLL: ``better(record)`` says whether an evaluation is the
+    best yet (with ``patience`` None, every one is: the checkpoint follows the run), ``run_out``
+    whether ``patience`` evaluations in a row were not. ``best``: the NLL of the weights training
+    starts from (a resumed run's checkpoint)."""
+
+    def __init__(self, patience: Optional[int], best: float = math.inf):
+        self.patience, self.best, self.waited = patience, best, 0
+
+    def better(self, record: dict) -> bool:
+        if self.patience is None:
+            return True
+        if record["val/nll"] < self.best:
+            self.best, self.waited = record["val/nll"], 0
+            return True
+        self.waited += 1
+        return False
+
+    @property
+    def run_out(self) -> bool:
+        return self.patience is not None and self.waited >= self.patience
 
 
 def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callable[[str], None],
@@ -123,7 +170,9 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
             f" on {world.size} ranks, trained on {stored.get('ranks', 1)}: the global minibatch is now "
             f"{world.size} x train.batch_size" if stored.get("ranks", 1) != world.size else ""))
     scheduler = make_scheduler(optimizer, t, phase.epochs, phase.lr, done=len(history))
-    last = LastCheckpoint(phase.path, cfg, phase.lr, stored["epoch"] if stored else None)
+    last = LastCheckpoint(phase.path, cfg, phase.lr, stored["epoch"] if stored else None,
+                          min(evaluation_interval(t, phase.epochs), phase.epochs))
+    patience = Patience(t.patience, history[-1].get("val/nll", math.inf) if history else math.inf)
 
     def after_epoch(record: dict, due: bool) -> bool:
         phase.end_epoch(record, world.mean)
@@ -138,22 +187,30 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
         log(f"{phase.label} epoch {record['epoch']}: " +
             figures({k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}))
         last.check(phase.label, record["epoch"], phase.parameters())
-        save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"], "ranks": world.size,
-                     "optimizer": optimizer.state_dict(), "history": history, **phase.state(),
-                     **rng_state(splits.train.x.device)}, phase.path)
-        last.epoch = record["epoch"]
-        return world.agree(reached(record, t.stop_at_accuracy))
+        if patience.better(record):
+            save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"], "ranks": world.size,
+                         "optimizer": optimizer.state_dict(), "history": history, **phase.state(),
+                         **rng_state(splits.train.x.device)}, phase.path)
+            last.epoch = record["epoch"]
+        elif patience.run_out:
+            log(f"{phase.label}: no better validation NLL than {patience.best:.4f} (epoch {last.epoch}) in "
+                f"{t.patience} evaluations; stopped early")
+        return world.agree(reached(record, t.stop_at_accuracy) or patience.run_out)
 
-    with phase.stepping(), last:
+    with phase.stepping(), last, cpu_threads(t.threads):
         fit(phase.label, loss, optimizer, scheduler, splits.train, t, phase.epochs, history,
             phase.per_example, after_epoch, world)
     seconds = statistics.median(h["seconds"] for h in history)
     speed = {"seconds_per_epoch": seconds, "examples_per_second": len(splits.train) / seconds}
     if not world.main:
         return {"history": history, **speed}
+    if last.epoch != history[-1]["epoch"]:  # train.patience: the checkpoint holds the best evaluation
+        phase.restore(read(phase.path, splits.train.x.device))
+        log(f"{phase.label}: back to epoch {last.epoch}, the best by validation NLL, which {phase.path.name} holds")
+    kept = {} if t.patience is None else {"best_epoch": last.epoch}
     test = phase.metrics(splits.test, t.test_samples)
     log(f"{phase.label} test{f' ({t.test_samples} posterior samples)' if phase.sampled else ''}: {figures(test)}")
-    return {"history": history, **speed, **prefixed("test", test)}
+    return {"history": history, **speed, **kept, **prefixed("test", test)}
 
 
 class LastCheckpoint:
@@ -162,8 +219,9 @@ class LastCheckpoint:
     disk, a folder gone read-only) raised inside ``with last:`` ends with which epoch the file holds
     and how to resume from it."""
 
-    def __init__(self, path: Path, cfg: DictConfig, lr: float, epoch: Optional[int]):
+    def __init__(self, path: Path, cfg: DictConfig, lr: float, epoch: Optional[int], first: int):
         self.path, self.cfg, self.lr, self.epoch = path, cfg, lr, epoch
+        self.first = first  # the first epoch evaluated
 
     def check(self, label: str, epoch: int, parameters) -> None:
         if not all(bool(torch.isfinite(p).all()) for p in parameters):
@@ -183,7 +241,7 @@ class LastCheckpoint:
             return False
         lower = f"{min(self.lr / 10, 1e-3):g}"
         if self.epoch is None:
-            advice = (f"no checkpoint was written (the first would have followed epoch {self.cfg.train.eval_every}): "
+            advice = (f"no checkpoint was written (the first would have followed epoch {self.first}): "
                       f"train again with a lower learning rate, e.g. train.lr={lower} overwrite=true")
         else:
             advice = (f"{self.path} holds epoch {self.epoch}, the last with finite parameters: resume it with "

@@ -6,6 +6,7 @@ resumes them all the same way. ``BayesPhase``: SVI of the Bayesian network with 
 Usage::
 
     phase = BayesPhase(cfg, num_data=len(splits.train), device=device, path=run.checkpoint)
+    twin = TwinPhase(cfg, num_data=len(splits.train), device=device, path=run.twin_checkpoint)
     loss = phase.loss(x, y)                          # a minibatch's negative ELBO, to minimize
     figures = train_phase(phase, cfg, splits, run_id, log, stored)
 """
@@ -26,6 +27,16 @@ from ..core.elbo import SplitELBO
 from .factory import build_from_config, twin_from_config
 from ..core.reparam import LocalReparameterization
 from ..core.predictive import evaluating, predict
+
+
+def planned_epochs(t: DictConfig, num_data: int, twin: bool = False) -> int:
+    """The epochs a phase plans on ``num_data`` training examples: train.epochs (the twin's:
+    train.twin_epochs where given), or those that make train.steps minibatches of train.batch_size."""
+    if twin and t.twin_epochs:
+        return t.twin_epochs
+    if t.steps is None:
+        return t.epochs
+    return math.ceil(t.steps / math.ceil(num_data / t.batch_size))
 
 
 class Phase(Protocol):
@@ -81,10 +92,11 @@ class BayesPhase:
         self.model, self.guide = build_from_config(cfg, num_data, device)
         self.elbo = SplitELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
         self.reparam = LocalReparameterization if cfg.model.reparam == "local" else nullcontext
-        self.path, self.epochs, self.lr, self.num_data, self.log = path, t.epochs, t.lr, num_data, log
+        self.path, self.lr, self.num_data, self.log = path, t.lr, num_data, log
+        self.epochs = planned_epochs(t, num_data)
         self.per_example = 1.0 / num_data
         self._data_fit = torch.zeros((), device=device)  # summed over the epoch's minibatches
-        self.capture = choose(t.capture, t.epochs * math.ceil(num_data / t.batch_size))
+        self.capture = choose(t.capture, self.epochs * math.ceil(num_data / t.batch_size))
         self._captured = None if self.capture == "eager" else \
             CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log)
         self._uncaptured: set[str] = set()  # why a step was not captured, said once each
@@ -137,10 +149,10 @@ class TwinPhase:
     per_example = 1.0
     sampled = False
 
-    def __init__(self, cfg: DictConfig, device, path: Path | None = None):
+    def __init__(self, cfg: DictConfig, num_data: int, device, path: Path | None = None):
         t = cfg.train
         self.twin = twin_from_config(cfg, device)
-        self.path, self.epochs, self.lr = path, t.twin_epochs or t.epochs, t.twin_lr or t.lr
+        self.path, self.epochs, self.lr = path, planned_epochs(t, num_data, twin=True), t.twin_lr or t.lr
 
     def parameters(self) -> list[torch.Tensor]:
         return list(self.twin.parameters())

@@ -9,6 +9,7 @@ Usage::
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -16,14 +17,15 @@ from omegaconf import DictConfig
 from .checkpoint import CHECKPOINT, TWIN_CHECKPOINT, config_dict, read, stored_config
 from .config import load_config, make_config
 from ..core.errors import ConfigError
+from .phases import planned_epochs
 
 # What a resumed run may change: how long and how fast it trains from here, how it reports, where
 # it runs and reads data, the abstention calibrated at its end, and how many members an ensemble
 # has (the new ones are trained). The rest defines the model.
-RESUMABLE = ("train.members", "train.epochs", "train.twin_epochs", "train.lr", "train.twin_lr", "train.lr_schedule",
-             "train.lr_min_factor", "train.lr_step", "train.lr_gamma", "train.eval_every",
-             "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
-             "train.capture",
+RESUMABLE = ("train.members", "train.epochs", "train.steps", "train.patience", "train.twin_epochs", "train.lr",
+             "train.twin_lr", "train.lr_schedule", "train.lr_min_factor", "train.lr_step", "train.lr_gamma",
+             "train.eval_every", "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
+             "train.capture", "train.threads",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
              "data.path", "data.test_path", "data.ood",
              "abstention", "mcmc")
@@ -46,10 +48,12 @@ def read_for_resume(cfg: DictConfig, path: Path, device) -> dict:
     state["twin"] = twin if twin is not None and twin.get("run") == state["run"] else None  # not a replaced run's
     for key, label, done in (("train.epochs", "", state["epoch"]),
                              ("train.twin_epochs", "twin ", state["twin"]["epoch"] if state["twin"] else 0)):
-        planned = cfg.train.epochs if key == "train.epochs" else cfg.train.twin_epochs or cfg.train.epochs
-        if planned < done:
+        if planned_epochs(cfg.train, state["num_data"], twin=bool(label)) < done:
+            least = done
+            if cfg.train.steps and not (label and cfg.train.twin_epochs):  # the epochs follow the steps
+                key, least = "train.steps", done * math.ceil(state["num_data"] / cfg.train.batch_size)
             raise ConfigError(f"bad config key {key!r}: the {label}run in {path.parent} has trained {done} "
-                              f"epochs; resume with {key} >= {done}")
+                              f"epochs; resume with {key} >= {least}")
     return state
 
 

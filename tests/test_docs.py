@@ -1,0 +1,37 @@
+"""The site's build hooks (docs/hooks.py): a tutorial that runs past its cap fails the build in one
+line naming it and the cap, as mkdocs prints a PluginError, not a traceback."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mkdocs", reason='the site needs the docs extra: pip install -e ".[docs]"')
+from mkdocs.exceptions import PluginError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def hooks(tmp_path, monkeypatch):
+    """docs/hooks.py, reading its tutorials from tmp_path/tutorials."""
+    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "tutorials").mkdir()
+    monkeypatch.setattr(module, "DOCS", tmp_path)
+    return module
+
+
+def test_a_tutorial_past_its_cap_fails_the_build_in_one_line(hooks, tmp_path, monkeypatch):
+    (tmp_path / "tutorials" / "slow.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setattr(hooks, "TUTORIAL_TIMEOUT", 2)
+    with pytest.raises(PluginError) as stopped:
+        hooks.on_page_markdown("<!-- run: slow.py -->\n")
+    assert str(stopped.value) == ("tutorial slow.py ran past its cap of 2 s and was stopped: build the site on a "
+                                  "quieter machine, or raise TUTORIAL_TIMEOUT in docs/hooks.py")
+
+
+def test_a_failing_tutorial_fails_the_build_with_its_words(hooks, tmp_path):
+    (tmp_path / "tutorials" / "broken.py").write_text("raise SystemExit('the data is missing')\n")
+    with pytest.raises(PluginError, match=r"^tutorial broken.py failed \(exit code 1\):\nthe data is missing"):
+        hooks.on_page_markdown("<!-- run: broken.py -->\n")
