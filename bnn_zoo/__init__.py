@@ -18,7 +18,7 @@ from .core.bnn import BayesianNet, bayesian
 from .abstain.conformal import ConformalSets, calibrate_sets
 from .runs.trained import Trained
 from .runs.loading import load
-from .core.elbo import SplitELBO
+from .core.elbo import TraceKL_ELBO
 from .core.guides import DirectAutoNormal, make_guide
 from .runs.trained import posteriors
 from .core.likelihoods import Categorical, Gaussian
@@ -29,12 +29,22 @@ from .abstain.temperature import fit_temperature
 from .core.twin import Twin
 from .core.architectures import ARCHITECTURES, build, make_net, make_twin
 
+def __getattr__(name: str):
+    """Names of earlier versions, kept with a warning: SplitELBO is TraceKL_ELBO."""
+    if name == "SplitELBO":
+        import warnings
+
+        warnings.warn("bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO", DeprecationWarning, stacklevel=2)
+        return TraceKL_ELBO
+    raise AttributeError(f"module 'bnn_zoo' has no attribute {name!r}")
+
+
 try:
     __version__ = version("bnn-zoo")
 except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
-           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "TraceKL_ELBO", "Trained",
            "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
            "make_prior", "make_twin", "posteriors", "predict"]

@@ -30,7 +30,7 @@ def examples_per_second(ranks: int, config: str, epochs: int, overrides: list[st
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone",
                    "-m", "bnn_zoo.train", config, f"run_dir={folder}/run", f"train.epochs={epochs}",
                    f"train.eval_every={epochs}", "train.progress=false", "train.twin=false", "train.test_samples=1",
-                   "train.val_samples=1", "abstention.calibrate=false", *overrides,
+                   "train.val_samples=1", "abstention.certify=false", *overrides,
                    *([f"data.root={data_root}"] if data_root else [])]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -53,7 +53,7 @@ def train(arch: str, capture: str, out: Path, data_root: str, epochs: int, resum
     run_dir = out / "runs" / f"{arch}-{capture}"
     args = ([f"resume={run_dir}"] if resume else [arch, f"run_dir={run_dir}", "overwrite=true"]) + [
         f"train.epochs={epochs}", f"train.capture={then or capture}", "device=cuda", f"data.root={data_root}",
-        "train.progress=false", "train.twin=false", "abstention.calibrate=false", "train.eval_every=1"]
+        "train.progress=false", "train.twin=false", "abstention.certify=false", "train.eval_every=1"]
     code, tail, seconds = run([sys.executable, "-m", "bnn_zoo.train", *args], timeout=240)
     if code != 0:
         return {"ok": False, "error": tail, "seconds": seconds}
@@ -120,7 +120,7 @@ def check_torchrun(out: Path, data_root: str) -> dict:
         run_dir = out / "runs" / f"ddp-{name}"
         code, tail, seconds = run([*launcher, "mnist_mlp", f"run_dir={run_dir}", "overwrite=true", "train.epochs=1",
                                    "device=cuda", f"data.root={data_root}", "train.progress=false", "train.twin=false",
-                                   "abstention.calibrate=false", "train.capture=eager"], timeout=240)
+                                   "abstention.certify=false", "train.capture=eager"], timeout=240)
         if code != 0:
             return {"ok": False, "error": f"{name}: {tail}"}
         figures[name] = json.loads((run_dir / "metrics.json").read_text())["bayes"]["history"][0]["loss"]

@@ -110,11 +110,11 @@ def certified_run(tiny_run, tmp_path_factory):
     """A copy of the tiny run with rules certified at a risk its 128 validation images can bear."""
     import shutil
 
-    from bnn_zoo.cli.certify import calibrate_run
+    from bnn_zoo.cli.certify import certify_run
 
     run_dir = tmp_path_factory.mktemp("certified") / "run"
     shutil.copytree(tiny_run, run_dir)
-    found = calibrate_run(run_dir, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
+    found = certify_run(run_dir, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
     assert "rule" in found["bayes"] and "rule" in found["twin"], found
     return run_dir
 
@@ -125,10 +125,10 @@ def uncertified_run(tiny_run, tmp_path_factory):
     conformal sets answer: calibrated at 80% coverage on 4 posterior samples (a class or a few each)."""
     import shutil
 
-    from bnn_zoo.cli.certify import calibrate_run
+    from bnn_zoo.cli.certify import certify_run
 
     run_dir = tmp_path_factory.mktemp("uncertified") / "run"
     shutil.copytree(tiny_run, run_dir)
-    found = calibrate_run(run_dir, alpha=0.2, samples=4)
+    found = certify_run(run_dir, alpha=0.2, samples=4)
     assert "rule" not in found["bayes"] and found["bayes"]["sets"]["threshold"] is not None, found
     return run_dir

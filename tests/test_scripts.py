@@ -1,10 +1,8 @@
 """Every script in scripts/ runs with tiny settings (as Pyro's tests/test_examples.py does), and
 prints and writes the figures its library functions compute."""
-import importlib.util
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
 import pyro
@@ -16,19 +14,10 @@ from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.posterior import BAYES, TWIN
 from bnn_zoo.core.pruning import posterior_loc_scale
 from bnn_zoo.evaluation.rejection import rejection_report
+from helpers import load_script
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 SCRIPTS = sorted(p for p in SCRIPTS_DIR.glob("*.py") if not p.name.startswith("_"))  # _child: their helper
-
-
-def load_script(name: str):
-    if str(SCRIPTS_DIR) not in sys.path:  # as `python scripts/NAME.py` has it: the scripts import _child
-        sys.path.insert(0, str(SCRIPTS_DIR))
-    path = SCRIPTS_DIR / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])

@@ -7,9 +7,9 @@ lone twin also gets a temperature (``bnn_zoo.abstain.temperature``, fitted on th
 temperature-scaled twin is one more posterior, certified like the others. Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
-``python -m bnn_zoo.calibrate RUN_DIR`` redoes what training did.
+``python -m bnn_zoo.certify RUN_DIR`` redoes what training did.
 
-Usage: python -m bnn_zoo.calibrate RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
+Usage: python -m bnn_zoo.certify RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
            [--signal mutual_information] [--samples 100] [--alpha 0.01] [--set-score thr]
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torc
     return x.to(trained.device), labels.to(trained.device)
 
 
-def calibrate_trained(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
+def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
                       signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
                       alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
                       data_root: str | None = None, twin_signal: str = "entropy") -> dict:
@@ -161,8 +161,8 @@ SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "al
 
 
 @pyro.settings.context(module_local_params=True)
-def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
-    """``calibrate_trained`` on the run stored in ``run_dir``; settings left out or None come from
+def certify_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
+    """``certify_and_store`` on the run stored in ``run_dir``; settings left out or None come from
     the run's config (``abstention.risk``, ...), the twin's signal from ``twin_signal``."""
     if is_shipped(run_dir):
         raise ConfigError(f"{run_dir} is a shipped posterior, certified as it shipped; calibrate a run directory "
@@ -170,7 +170,7 @@ def calibrate_run(run_dir: str | Path, device: str = "auto", **settings) -> dict
     trained = load(run_dir, pick_device(device))
     given = {k: v for k, v in settings.items() if v is not None}
     defaults = {k: trained.config.abstention[k] for k in SETTINGS if k not in given}
-    return calibrate_trained(trained, run_dir, **defaults, **given)
+    return certify_and_store(trained, run_dir, **defaults, **given)
 
 
 def summary(certified: dict, run_dir: str | Path = "RUN_DIR") -> str:
@@ -211,7 +211,7 @@ def summary(certified: dict, run_dir: str | Path = "RUN_DIR") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cli.command_parser("python -m bnn_zoo.calibrate", __doc__)
+    parser = cli.command_parser("python -m bnn_zoo.certify", __doc__)
     parser.add_argument("run_dir", help="a trained classifier run's directory (python -m bnn_zoo.train ...)")
     cli.add_sampling_options(parser, samples="the run's abstention.samples")
     parser.add_argument("--risk", type=float, default=None,
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
-        certified = calibrate_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
+        certified = certify_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
                               max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
                               samples=args.samples, alpha=args.alpha, set_score=args.set_score, seed=args.seed,
                               data_root=args.data_root, twin_signal=args.twin_signal)

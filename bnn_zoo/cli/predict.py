@@ -22,7 +22,7 @@ from ..abstain.rule import DENSITY, SIGNALS, uncertainty
 from ..posterior import KINDS
 from ..runs.loading import load, shadowed
 from ..runs.checks import pick_device
-from ..data.sets import found_of, normalize
+from ..data.sets import profile_of, normalize
 from ..data.inputs import class_names, image_input
 from ..core.errors import ConfigError, DataError
 from ..data.images import load_image
@@ -121,7 +121,7 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     other = (f"; its conformal sets answer at the {sets.samples} posterior samples they were certified with "
              f"(--samples {sets.samples})") if sets else ""
     return text + ("" if certified else " (the quantile rule: this run has no certified rule; "
-                                        f"python -m bnn_zoo.calibrate RUN_DIR writes one{other})")
+                                        f"python -m bnn_zoo.certify RUN_DIR writes one{other})")
 
 
 def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -> str:
@@ -170,8 +170,8 @@ def _inputs(cfg, path: str, args) -> tuple[torch.Tensor, list[int] | None]:
     digits were drawn, a folder run at its size and channels), or the rows of a CSV or tensor file;
     and the image's own size [height, width] where a folder run resized it (else None)."""
     if cfg.data.name in ROWS:
-        return found_of(cfg).normalize(read_rows(cfg, Path(path))), None
-    if found_of(cfg) is not None:
+        return profile_of(cfg).normalize(read_rows(cfg, Path(path))), None
+    if profile_of(cfg) is not None:
         return image_input(cfg, Path(path))
     return normalize(load_image(path, args.invert, args.centre)[None]), None
 

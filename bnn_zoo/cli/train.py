@@ -32,17 +32,17 @@ from tqdm.auto import tqdm
 from . import options as cli
 from ..evaluation import plots
 from ..evaluation.baseline import mark_no_better
-from .certify import calibrate_run, summary
+from .certify import certify_run, summary
 from ..core.captured_step import DESCRIBED
 from ..runs.checkpoint import config_dict, replace_config, save_atomic
 from ..runs.config import make_config, resolved
 from ..runs.checks import check_network_fits, pick_device, recipe
-from ..data.sets import TOY_FUNCTIONS, Splits, load_splits, with_found
-from ..runs.ranks import World
+from ..data.sets import TOY_FUNCTIONS, Splits, load_splits, with_profile
+from ..runs.ranks import Ranks
 from ..runs.factory import build_from_config
 from ..data.inputs import class_names
 from ..runs.trained import posteriors
-from ..runs.loop import figures, prefixed, train_phase
+from ..runs.loop import format_figures, prefixed, train_phase
 from ..core.nuts import nuts_posterior
 from ..core.network_names import imports_beside_you
 from ..data.own import OWN_DATA
@@ -70,7 +70,7 @@ def train(cfg: DictConfig) -> dict:
     cfg = resolved(cfg)
     if cfg.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
         check_network_fits(cfg)
-    world = World.from_env(cfg.seed)
+    world = Ranks.from_env(cfg.seed)
     world.check(cfg.train.members, cfg.infer)
     device = world.device(pick_device(cfg.device))
     run = Run(cfg.run_dir)
@@ -80,7 +80,7 @@ def train(cfg: DictConfig) -> dict:
         pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
         splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
         # your own data's shape, classes and statistics, for the checkpoint, checked before the run directory is touched
-        cfg = make_config(with_found(cfg, splits))
+        cfg = make_config(with_profile(cfg, splits))
         if cfg.data.name in OWN_DATA:
             check_network_fits(cfg)
         if not world.main:  # rank 0 writes the run directory, and alone goes on after training
@@ -105,18 +105,18 @@ def train(cfg: DictConfig) -> dict:
         for warning in mark_no_better(metrics, splits, classes):  # a fit no better than ignoring the inputs says so
             log(warning)
         stale = run.calibration.is_file()  # it certified the weights this run has just changed
-        if (cfg.abstention.calibrate or stale) and splits.val is not None and recipe(cfg).likelihood == "categorical":
-            metrics["calibration"] = calibrate_run(run.dir, str(device), seed=cfg.seed, data_root=cfg.data.root)
+        if (cfg.abstention.certify or stale) and splits.val is not None and recipe(cfg).likelihood == "categorical":
+            metrics["calibration"] = certify_run(run.dir, str(device), seed=cfg.seed, data_root=cfg.data.root)
             log(summary(metrics["calibration"], run.dir))
         if cfg.data.name in TOY_FUNCTIONS:
             metrics["epistemic_sd_within_data"] = spread = plot_toy(cfg, splits, run.dir, device)
-            log(f"largest epistemic sd inside the training x range: {figures(spread)}")
+            log(f"largest epistemic sd inside the training x range: {format_figures(spread)}")
         _finish(run, metrics)
         return metrics
 
 
 def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dict | None,
-                  world: World = World()) -> dict:
+                  world: Ranks = Ranks()) -> dict:
     """The phases of one network: the Bayesian network, then its twin (``train.twin``), on every
     rank of ``world``; only rank 0 logs."""
     say = world.said(log)
@@ -141,7 +141,7 @@ def member_config(cfg: DictConfig, member: Run) -> DictConfig:
     started = member.checkpoint.is_file()
     return make_config(config_dict(cfg), {
         "run_dir": str(member.dir), "resume": str(member.dir) if started else None, "overwrite": not started,
-        "train": {"members": 1}, "abstention": {"calibrate": False}})
+        "train": {"members": 1}, "abstention": {"certify": False}})
 
 
 def train_member(cfg: DictConfig, index: int, splits: Splits, device) -> dict:
@@ -181,7 +181,7 @@ def run_hmc(cfg: DictConfig, splits: Splits, run: Run) -> dict:
                                           m.warmup_steps, m.max_tree_depth, m.target_accept, cfg.train.progress)
     test = model.likelihood.metrics(predict(model, samples, splits.test.x, None), splits.test.y)
     save_atomic({"config": config_dict(cfg), "samples": samples, "diagnostics": diagnostics}, run.hmc_samples)
-    log(f"hmc test ({m.num_samples} samples): {figures(test)}; {figures(diagnostics)}")
+    log(f"hmc test ({m.num_samples} samples): {format_figures(test)}; {format_figures(diagnostics)}")
     return {**diagnostics, **prefixed("test", test)}
 
 
@@ -194,7 +194,7 @@ def test_ensemble(cfg: DictConfig, splits: Splits, run: Run, device) -> dict:
         probs = posterior.predict(splits.test.x, cfg.train.test_samples)
         test = prefixed("test", trained.model.likelihood.metrics(probs, splits.test.y))
         results[part] = {"label": posterior.label, **test}
-        log(f"{posterior.label} test: {figures(test)}")
+        log(f"{posterior.label} test: {format_figures(test)}")
     return results
 
 

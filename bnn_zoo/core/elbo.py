@@ -5,12 +5,12 @@ particles (``num_particles``, ``vectorize_particles``, ``max_plate_nesting``), s
 
 Usage::
 
-    elbo = SplitELBO()                                   # closed-form KL where one exists
+    elbo = TraceKL_ELBO()                                   # closed-form KL where one exists
     loss, parts = elbo.loss_and_parts(model, guide, x, y)   # parts.data_fit, parts.kl: nats, detached
     loss = elbo.differentiable_loss(model, guide, x, y)
-    SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), SplitELBO(closed_form_kl=False))
-    SplitELBO(num_particles=8, vectorize_particles=True)  # the particles in one batched pass
-    SplitELBO(kl_weight=0.5)                             # tempered: data fit + 0.5 KL
+    SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), TraceKL_ELBO(closed_form_kl=False))
+    TraceKL_ELBO(num_particles=8, vectorize_particles=True)  # the particles in one batched pass
+    TraceKL_ELBO(kl_weight=0.5)                             # tempered: data fit + 0.5 KL
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class ELBOParts:
     kl: torch.Tensor
 
 
-class SplitELBO(ELBO):
+class TraceKL_ELBO(ELBO):
     """Negative ELBO = data fit (minus the scaled log-likelihood) + KL(q || p), per particle.
 
     With ``closed_form_kl`` (the default) each latent site's KL is taken in closed form where torch
@@ -92,7 +92,7 @@ class SplitELBO(ELBO):
 
     def _kl_term(self, q: dict, p: dict) -> torch.Tensor:
         if not q["fn"].has_rsample:
-            raise ValueError(f"SplitELBO needs reparameterized guide sites; {q['name']} is not: "
+            raise ValueError(f"TraceKL_ELBO needs reparameterized guide sites; {q['name']} is not: "
                              "use Pyro's TraceGraph_ELBO")
         if self.closed_form_kl:
             try:

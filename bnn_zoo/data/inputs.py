@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from .sets import CLASS_NAMES, MNIST_MEAN, MNIST_STD, found_of, normalize
+from .sets import CLASS_NAMES, MNIST_MEAN, MNIST_STD, profile_of, normalize
 from ..core.errors import DataError
 from .own import read_images
 
@@ -26,14 +26,14 @@ def class_names(cfg: DictConfig) -> list[str]:
 def pixel_inputs(cfg: DictConfig, images: torch.Tensor) -> torch.Tensor:
     """uint8 28x28 images [N, 28, 28] (MNIST's format: the OOD sets, the page's drawings) as a
     run's network sees them; a DataError where the run takes other inputs."""
-    found = found_of(cfg)
+    found = profile_of(cfg)
     return normalize(images) if found is None else found.normalize(images.float().unsqueeze(1) / 255.0)
 
 
 def image_inputs(cfg: DictConfig, files: list[Path], where: str) -> torch.Tensor:
     """Image files (a folder run's kind) read at the run's size and channels, normalized with its
     statistics (a MNIST run: 28x28 gray, MNIST's)."""
-    found = found_of(cfg)
+    found = profile_of(cfg)
     if found is None:
         return (read_images(files, (28, 28), 1, where) - MNIST_MEAN) / MNIST_STD
     if len(found.input_shape) != 3 or found.input_shape[0] not in (1, 3):
@@ -45,7 +45,7 @@ def image_inputs(cfg: DictConfig, files: list[Path], where: str) -> torch.Tensor
 def image_input(cfg: DictConfig, file: Path) -> tuple[torch.Tensor, list[int] | None]:
     """One image file as a run on your own images reads it (``image_inputs``), and the size [height,
     width] it had where that is not the run's, so it was resized (None where it was not)."""
-    found = found_of(cfg)
+    found = profile_of(cfg)
     own = read_images([file], None, found.input_shape[0], str(file))  # at its own size
     if list(own.shape[1:]) == list(found.input_shape):
         return found.normalize(own), None

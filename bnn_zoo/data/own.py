@@ -6,7 +6,7 @@ PATH/test beside PATH/train for a folder, else a fixed fifth of the examples.
 
 A classifier's classes are the subfolders' names, the target column's values or the labels 0..K-1.
 What a run learns from its training split (input shape, classes, normalization statistics) goes
-into its config (``Found``), so the checkpoint answers without the data.
+into its config (``DataProfile``), so the checkpoint answers without the data.
 
 Usage: ``python -m bnn_zoo.train lenet data.name=folder data.path=my_pngs data.image_size=28``
 """
@@ -264,7 +264,7 @@ def read_rows(cfg: DictConfig, path: Path) -> torch.Tensor:
 
 
 @dataclass
-class Found:
+class DataProfile:
     """What a run learns from its own data, kept in its config (data.input_shape, data.classes,
     data.features, data.target, data.mean, data.std, data.target_stats, data.digest): a table's
     target column (the one read where data.target was not given); normalization per channel
@@ -281,7 +281,7 @@ class Found:
     target: Optional[str] = None  # a table's target column
 
     @classmethod
-    def of(cls, x: torch.Tensor, y: torch.Tensor, train: Examples, test: Examples) -> "Found":
+    def of(cls, x: torch.Tensor, y: torch.Tensor, train: Examples, test: Examples) -> "DataProfile":
         """From ``x`` and ``y``, the training split's inputs and labels or targets, and the examples
         its train and test parts hold."""
         problem = next(filter(None, map(name_problem, [*(train.classes or []), *(train.features or [])])), None)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.architectures import likelihood_of
 from ..core.errors import DataError
-from .own import OWN_DATA, Found, least_squares_sd, read_own
+from .own import OWN_DATA, DataProfile, least_squares_sd, read_own
 
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -59,11 +59,11 @@ class Splits:
     train: TensorSet
     val: Optional[TensorSet]
     test: TensorSet
-    found: Optional[Found] = field(default=None)  # your own data: what the training split showed
+    profile: Optional[DataProfile] = field(default=None)  # your own data: what the training split showed
 
     def to(self, device) -> "Splits":
         return Splits(self.train.to(device), None if self.val is None else self.val.to(device), self.test.to(device),
-                      self.found)
+                      self.profile)
 
 
 def data_root(root: Optional[str] = None) -> Path:
@@ -236,7 +236,7 @@ def _own_splits(cfg: DictConfig) -> Splits:
         raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")
     train_idx, val_idx = validation_split(len(train.y), val_size)
     train_idx = train_idx[:d.train_limit] if d.train_limit else train_idx
-    found, stored = Found.of(train.x[train_idx], train.y[train_idx], train, test), found_of(cfg)
+    found, stored = DataProfile.of(train.x[train_idx], train.y[train_idx], train, test), profile_of(cfg)
     if stored is not None:  # the run's own statistics, for the data it trained on
         if (stored.input_shape, stored.classes, stored.features) != (found.input_shape, found.classes, found.features):
             raise DataError(f"{d.path} now holds inputs {found.input_shape} of classes {found.classes}, where the run "
@@ -251,7 +251,7 @@ def _own_splits(cfg: DictConfig) -> Splits:
     return Splits(part(train, train_idx), part(train, val_idx) if val_size else None, part(test, test_idx), found)
 
 
-def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
+def with_profile(cfg: DictConfig, splits: Splits) -> DictConfig:
     """``cfg`` holding what its own data's training split showed (input shape, classes,
     normalization, validation size; a regression's noise sd to start from where
     model.noise_scale=null), so its checkpoint answers without the data; its data.ood folders made
@@ -259,13 +259,13 @@ def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
     cfg = cfg.copy()
     for name, folder in cfg.data.ood.items():
         cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
-    if splits.found is None:
+    if splits.profile is None:
         return cfg
-    for name, value in asdict(splits.found).items():  # each of Found's fields is the data key of its name
+    for name, value in asdict(splits.profile).items():  # each of DataProfile's fields is the data key of its name
         cfg.data[name] = value
     cfg.data.val_size = 0 if splits.val is None else len(splits.val)
-    if cfg.model.noise_scale is None and splits.found.target_stats is not None:
-        mean, sd = splits.found.target_stats
+    if cfg.model.noise_scale is None and splits.profile.target_stats is not None:
+        mean, sd = splits.profile.target_stats
         cfg.model.noise_scale = least_squares_sd(splits.train.x, (splits.train.y - mean) / sd)
     cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
     if cfg.data.test_path:
@@ -273,10 +273,10 @@ def with_found(cfg: DictConfig, splits: Splits) -> DictConfig:
     return cfg
 
 
-def found_of(cfg: DictConfig) -> Optional[Found]:
+def profile_of(cfg: DictConfig) -> Optional[DataProfile]:
     """What a run on your own data found in its training split (None: MNIST's statistics, or a
     run that has not begun)."""
     if cfg.data.mean is None:
         return None
     data = OmegaConf.to_container(cfg.data)
-    return Found(**{f.name: data[f.name] for f in fields(Found)})
+    return DataProfile(**{f.name: data[f.name] for f in fields(DataProfile)})

@@ -65,7 +65,7 @@ def certify_advice(entry: dict, run_dir: str) -> str | None:
         return None
     n, delta, smallest = entry["sets"]["n"], entry["delta"], entry["smallest_risk"]
     said = (f"the smallest risk these {n} validation inputs certify at delta {delta:g} is {smallest:g}, which "
-            f"python -m bnn_zoo.calibrate {run_dir} --risk {smallest:g} certifies" if smallest is not None else
+            f"python -m bnn_zoo.certify {run_dir} --risk {smallest:g} certifies" if smallest is not None else
             f"these {n} validation inputs certify no risk below 1")
     if "inputs_needed" in entry:
         said += (f"; risk {entry['risk']:g} needs at least {entry['inputs_needed']} validation inputs accepted with "
@@ -80,7 +80,7 @@ def sets_advice(sets: dict, run_dir: str) -> str | None:
         return None
     alpha = math.ceil(100 / (sets["n"] + 1)) / 100  # the least alpha, in whole percents, these inputs allow
     return (f"smaller ones need at least {fewest_inputs(sets['alpha'])} validation inputs, these are {sets['n']}, "
-            f"or a lower coverage: python -m bnn_zoo.calibrate {run_dir} --alpha {alpha:g} for {1 - alpha:.0%} sets")
+            f"or a lower coverage: python -m bnn_zoo.certify {run_dir} --alpha {alpha:g} for {1 - alpha:.0%} sets")
 
 
 def no_rule_line(entry: dict, part: str, run_dir: str) -> str:

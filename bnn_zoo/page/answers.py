@@ -15,7 +15,7 @@ import torch
 from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
 from ..runs.checks import pick_device
 from ..abstain.conformal import ConformalSets
-from ..data.sets import found_of
+from ..data.sets import profile_of
 from ..data.inputs import class_names, pixel_inputs
 from ..core.errors import UserError
 from ..posterior import Posterior
@@ -75,7 +75,7 @@ class Answerer:
                 if not isinstance(trained.model.likelihood, Categorical):
                     raise UserError(f"{name} is a regression run; the page classifies images")
                 trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
-                found = found_of(trained.config)
+                found = profile_of(trained.config)
                 if found is not None and found.input_shape != [1, 28, 28]:
                     raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
                                     "images: answer its inputs with python -m bnn_zoo.predict")

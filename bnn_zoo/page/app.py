@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.sets import found_of
+from ..data.sets import profile_of
 from ..data.ood_sets import white_noise
 from ..core.errors import UserError
 from ..data.images import load_image
@@ -102,7 +102,7 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
         body = None if example else await request.body()  # whole and within max_upload: the middleware read it
 
         def work():  # decoding an upload takes a while too: in the thread pool, beside the answer
-            as_mnist = found_of(answerer.model(name).trained.config) is None  # else read as its own images were
+            as_mnist = profile_of(answerer.model(name).trained.config) is None  # else read as its own images were
             pixels, resized_from = (example_pixels(example), None) if example else read_image(body, as_mnist)
             answered = answerer.answer(name, pixels, **knobs)
             return {**answered, "resized_from": resized_from} if resized_from else answered  # said, not silent

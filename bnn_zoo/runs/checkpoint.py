@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from .config import Config
+from .config import Config, renamed
 from .checks import check_layout
 from ..core.errors import CheckpointError, ConfigError
 from .files import write_atomic
@@ -196,6 +196,7 @@ def stored_config(state: dict, source: str | Path = "a checkpoint") -> dict:
     """The config a checkpoint (read from ``source``) stores, without the keys this bnn-zoo retired
     (``make_config`` reads it); one naming a network by name this user does not trust is refused
     (``bnn_zoo.runs.trust_list``: building it would run code)."""
+    renamed(state["config"], notice=False)  # a key an earlier bnn-zoo wrote under its old name
     try:  # before anything reads it: a key of another kind would fail where it is read
         check_layout(state["config"], Config)
     except ConfigError as err:

@@ -4,6 +4,7 @@ Usage: ``cfg = load_config("lenet", ["train.epochs=1", "data.root=/data"])``
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -73,7 +74,7 @@ class DataConfig:
     channels: int = 1
     target: Optional[str] = None  # csv: the target column (null: one named target/label/class/y, else the last)
     ood: Dict[str, str] = field(default_factory=dict)  # {name: folder of images} evaluate and the scoreboard score
-    # Found in your own data's training split when a run starts; its checkpoint answers without the data
+    # DataProfile in your own data's training split when a run starts; its checkpoint answers without the data
     input_shape: Optional[List[int]] = None
     classes: Optional[List[str]] = None
     features: Optional[List[str]] = None  # csv: the feature columns the network reads, in order
@@ -104,7 +105,7 @@ class TrainConfig:
     lr_step: int = 10
     lr_gamma: float = 0.5
     num_particles: int = 1
-    # The negative ELBO (bnn_zoo.core.elbo.SplitELBO), logged as data fit + KL. meanfield: the KL in
+    # The negative ELBO (bnn_zoo.core.elbo.TraceKL_ELBO), logged as data fit + KL. meanfield: the KL in
     # closed form where the prior has one (gaussian, fan_in), by Monte Carlo where not (scale_mixture), as
     # Pyro's TraceMeanField_ELBO; trace: Monte Carlo throughout, as Pyro's Trace_ELBO.
     elbo: str = "meanfield"
@@ -160,7 +161,7 @@ class AbstentionConfig:
     # (bnn_zoo.abstain.certify, written to calibration.json and used by predict, evaluate and the
     # scripts): with probability at least 1 - delta, at most `risk` errors among accepted inputs;
     # the epistemic gate is the strictest that refuses at most max_refusal of validation.
-    calibrate: bool = True
+    certify: bool = True
     risk: float = 0.01
     delta: float = 0.05
     max_refusal: float = 0.02
@@ -265,9 +266,25 @@ def _parse(override: str) -> DictConfig:
     if "=" not in override:
         raise ConfigError(f"override {show(override)} is not of the form key=value (for example train.epochs=3)")
     try:
-        return OmegaConf.from_dotlist([override])
+        return renamed(OmegaConf.from_dotlist([override]))
     except (yaml.YAMLError, ValueError) as err:  # YAML syntax, or an integer of too many digits
         raise ConfigError(f"override {show(override)}: cannot read its value ({_one_line(err)})") from None
+
+
+# Keys that were renamed, old -> new (section, key): a config file or override with an old one gets
+# the new one and a one-line notice; a stored config, silently (bnn_zoo.runs.checkpoint).
+RENAMED = {("abstention", "calibrate"): ("abstention", "certify")}
+
+
+def renamed(layer, notice: bool = True):
+    """``layer`` (a dict or DictConfig) with each renamed key under its new name."""
+    for (section, old), (_, new) in RENAMED.items():
+        held = layer.get(section) if isinstance(layer, (dict, DictConfig)) else None
+        if isinstance(held, (dict, DictConfig)) and old in held:
+            held[new] = held.pop(old)
+            if notice:
+                print(f"note: {section}.{old} is now {section}.{new}", file=sys.stderr)
+    return layer
 
 
 def _one_line(err: Exception) -> str:
@@ -286,6 +303,7 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
         if not isinstance(base, DictConfig):
             raise ConfigError(f"config {str(path)!r} holds a {type(base).__name__} at its top level; a config "
                               "is a mapping of sections (arch: lenet, train: {epochs: 3}, ...)")
+        renamed(base)
     return make_config(base, overrides, None if name is None else str(path))
 
 

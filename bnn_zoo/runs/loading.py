@@ -124,7 +124,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
 def _calibration_problem(trained: Trained, run_dir: Path) -> Optional[str]:
     """Why ``run_dir``'s calibration cannot be used with the weights it holds now, or None."""
     record, path = trained.calibration.get(CERTIFIED_WEIGHTS), run_dir / CALIBRATION
-    fix = f"re-certify with python -m bnn_zoo.calibrate {run_dir}, or use the quantile rule (--rule quantile)"
+    fix = f"re-certify with python -m bnn_zoo.certify {run_dir}, or use the quantile rule (--rule quantile)"
     if not isinstance(record, dict):
         return f"{path} does not say which weights it certified (it predates that record): {fix}"
     if record.get("digest") != weights_digest(trained):
@@ -229,7 +229,7 @@ def read_calibration(path: Path) -> dict:
     """calibration.json's content, {} when there is none."""
     if not path.is_file():
         return {}
-    fix = f"delete it or write it again: python -m bnn_zoo.calibrate {path.parent}"
+    fix = f"delete it or write it again: python -m bnn_zoo.certify {path.parent}"
     calibration = read_json(path, "calibration bnn-zoo wrote", fix)
     try:
         for part in KINDS:

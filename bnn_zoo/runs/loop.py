@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import config_dict, read, restore_rng, rng_state, save_atomic
 from ..data.sets import Splits, TensorSet
-from .ranks import World
+from .ranks import Ranks
 from ..core.errors import ConfigError, StorageError, TrainingError
 
 
@@ -58,7 +58,7 @@ def evaluation_interval(t: DictConfig, epochs: int) -> int:
 
 def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
         t: DictConfig, epochs: int, history: list, per_example: float,
-        after_epoch: Callable[[dict, bool], Optional[bool]], world: World = World()) -> None:
+        after_epoch: Callable[[dict, bool], Optional[bool]], world: Ranks = Ranks()) -> None:
     """The epoch loop shared by the BNN and its twin: minibatches on the device (a rank's share of
     each, ``bnn_zoo.runs.ranks``), a progress bar, a check for non-finite losses, then
     ``after_epoch(record, due)``, where ``due`` says it is time to evaluate and checkpoint (every
@@ -152,7 +152,7 @@ class Patience:
 
 
 def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callable[[str], None],
-                stored: Optional[dict] = None, world: World = World()) -> dict:
+                stored: Optional[dict] = None, world: Ranks = Ranks()) -> dict:
     """Train ``phase`` (a ``bnn_zoo.runs.phases.Phase``) on ``splits.train`` for its planned epochs,
     continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch (and
     training examples per second at that pace) and test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
@@ -185,7 +185,7 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
         if splits.val is not None:
             record.update(prefixed("val", phase.metrics(splits.val, t.val_samples)))
         log(f"{phase.label} epoch {record['epoch']}: " +
-            figures({k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}))
+            format_figures({k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}))
         last.check(phase.label, record["epoch"], phase.parameters())
         if patience.better(record):
             save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"], "ranks": world.size,
@@ -209,7 +209,7 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
         log(f"{phase.label}: back to epoch {last.epoch}, the best by validation NLL, which {phase.path.name} holds")
     kept = {} if t.patience is None else {"best_epoch": last.epoch}
     test = phase.metrics(splits.test, t.test_samples)
-    log(f"{phase.label} test{f' ({t.test_samples} posterior samples)' if phase.sampled else ''}: {figures(test)}")
+    log(f"{phase.label} test{f' ({t.test_samples} posterior samples)' if phase.sampled else ''}: {format_figures(test)}")
     return {"history": history, **speed, **kept, **prefixed("test", test)}
 
 
@@ -254,6 +254,6 @@ def prefixed(prefix: str, values: dict) -> dict:
     return {f"{prefix}/{k}": v for k, v in values.items()}
 
 
-def figures(values: dict) -> str:
+def format_figures(values: dict) -> str:
     """Figures as a log line shows them: ``name value, ...``."""
     return ", ".join(f"{k} {v:.4f}" for k, v in values.items())

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from ..core.captured_step import CapturedStep, NotCaptured, choose
 from ..data.sets import TensorSet
-from ..core.elbo import SplitELBO
+from ..core.elbo import TraceKL_ELBO
 from .factory import build_from_config, twin_from_config
 from ..core.reparam import LocalReparameterization
 from ..core.predictive import evaluating, predict
@@ -60,7 +60,7 @@ class Phase(Protocol):
 
     def end_epoch(self, record: dict, mean: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Add the phase's own figures of the epoch just done to ``record`` (``mean``: a sum's mean
-        over the ranks, ``bnn_zoo.runs.ranks.World.mean``)."""
+        over the ranks, ``bnn_zoo.runs.ranks.Ranks.mean``)."""
 
     def metrics(self, data: TensorSet, samples: int) -> dict:
         """Its figures on ``data`` (validation, test), from ``samples`` posterior draws where it draws."""
@@ -77,7 +77,7 @@ class Phase(Protocol):
 
 class BayesPhase:
     """SVI of the Bayesian network: Adam on the guide's parameters and the model's own (a learned
-    prior or noise), the negative ELBO of ``SplitELBO`` (inside ``LocalReparameterization`` when
+    prior or noise), the negative ELBO of ``TraceKL_ELBO`` (inside ``LocalReparameterization`` when
     model.reparam=local), its data-fit and KL parts logged per epoch; the step captured as
     ``train.capture`` says (``bnn_zoo.core.captured_step``). Build and run it with module-local parameters;
     the steps run without Pyro's argument validation (they cost a third of a mnist_mlp step; the
@@ -90,7 +90,7 @@ class BayesPhase:
                  log: Callable[[str], None] = print):
         t = cfg.train
         self.model, self.guide = build_from_config(cfg, num_data, device)
-        self.elbo = SplitELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
+        self.elbo = TraceKL_ELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
         self.reparam = LocalReparameterization if cfg.model.reparam == "local" else nullcontext
         self.path, self.lr, self.num_data, self.log = path, t.lr, num_data, log
         self.epochs = planned_epochs(t, num_data)

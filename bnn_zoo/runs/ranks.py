@@ -59,8 +59,8 @@ def _stream(*numbers: int) -> int:
 
 
 @dataclass(frozen=True)
-class World:
-    """This process's place among the ranks of a run; ``World()`` is a single process, where every
+class Ranks:
+    """This process's place among the ranks of a run; ``Ranks()`` is a single process, where every
     method leaves training exactly as it was."""
 
     rank: int = 0
@@ -70,7 +70,7 @@ class World:
     launched: bool = False  # by torchrun: in a process group, through DDP, even as its only rank
 
     @classmethod
-    def from_env(cls, seed: int) -> "World":
+    def from_env(cls, seed: int) -> "Ranks":
         """The world torchrun describes in the environment (WORLD_SIZE, RANK, LOCAL_RANK); one process without it."""
         try:
             size, rank, local = (int(os.environ.get(k, d)) for k, d in (("WORLD_SIZE", 1), ("RANK", 0), ("LOCAL_RANK", 0)))

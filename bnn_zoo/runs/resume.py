@@ -20,7 +20,7 @@ from ..core.errors import ConfigError
 from .phases import planned_epochs
 
 # What a resumed run may change: how long and how fast it trains from here, how it reports, where
-# it runs and reads data, the abstention calibrated at its end, and how many members an ensemble
+# it runs and reads data, the abstention certified at its end, and how many members an ensemble
 # has (the new ones are trained). The rest defines the model.
 RESUMABLE = ("train.members", "train.epochs", "train.steps", "train.patience", "train.twin_epochs", "train.lr",
              "train.twin_lr", "train.lr_schedule", "train.lr_min_factor", "train.lr_step", "train.lr_gamma",

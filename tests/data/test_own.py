@@ -13,11 +13,11 @@ from PIL import Image
 from bnn_zoo import load
 from bnn_zoo.runs.config import make_config, resolved
 from bnn_zoo.runs.checks import check_network_fits
-from bnn_zoo.data.sets import load_splits, validation_split, with_found
+from bnn_zoo.data.sets import load_splits, validation_split, with_profile
 from bnn_zoo.core.errors import ConfigError, DataError
 from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.runs.trained import posteriors
-from bnn_zoo.data.own import NOISE_FLOOR, SPLIT_SEED, Found, least_squares_sd, read_own
+from bnn_zoo.data.own import NOISE_FLOOR, SPLIT_SEED, DataProfile, least_squares_sd, read_own
 from bnn_zoo.cli.predict import main as predict_main
 from bnn_zoo.cli.train import train
 
@@ -85,7 +85,7 @@ def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pn
     answer = json.loads(capsys.readouterr().out)[0]
     pixels = torch.from_numpy(np.asarray(Image.open(seven), dtype=np.float32))[None, None] / 255
     pyro.set_rng_seed(0)  # predict's default --seed
-    probs = posteriors(trained)["bayes"].predict(Found([1, 28, 28], None, list(data.mean), list(data.std)).normalize(pixels), 8)
+    probs = posteriors(trained)["bayes"].predict(DataProfile([1, 28, 28], None, list(data.mean), list(data.std)).normalize(pixels), 8)
     expected = trained.rules_for()["bayes"](probs).describe(0)
     assert answer["accepted"] == {str(k): v for k, v in expected["accepted"].items()}
     assert answer["label"] == (None if expected["answer"] is None else data.classes[expected["answer"]])
@@ -100,7 +100,7 @@ def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pn
 def _letters(pngs, data):
     files = sorted((pngs / "letters").rglob("*.png"))
     pixels = torch.stack([torch.from_numpy(np.asarray(Image.open(f), dtype=np.float32)) / 255 for f in files])[:, None]
-    return Found(list(data.input_shape), None, list(data.mean), list(data.std)).normalize(pixels)
+    return DataProfile(list(data.input_shape), None, list(data.mean), list(data.std)).normalize(pixels)
 
 
 def test_the_page_answers_a_folder_run_with_its_statistics_and_class_names(folder_run):
@@ -189,7 +189,7 @@ def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path,
     x, y = flowers(60)
     write_csv(tmp_path / "f.csv", ["a", "b", "c", "kind"], [[*r, k] for r, k in zip(x.tolist(), y.tolist())])
     cfg = own_config("mnist_mlp", tmp_path / "run", **{"data.path": str(tmp_path / "f.csv"), "model.hidden": "[8]",
-                                                       "train.epochs": 1, "abstention.calibrate": "false"})
+                                                       "train.epochs": 1, "abstention.certify": "false"})
     assert cfg.data.name == "csv"  # told by the path: not MNIST
     train(make_config(cfg, ["data.name=null"]))  # as the command line leaves it
     log = capsys.readouterr().out.splitlines()
@@ -253,7 +253,7 @@ def test_a_tensor_file_with_its_own_test_set(tmp_path, suffix):
     assert len(splits.test) == 40 and torch.equal(splits.test.y, yt[shuffled]) and torch.equal(splits.val.y, y[val_idx])
     mean, std = x[train_idx].mean(0), x[train_idx].std(0)
     assert torch.allclose(splits.test.x, (xt[shuffled] - mean) / std, atol=1e-5)
-    assert with_found(cfg, splits).data.classes == ["0", "1", "2"]
+    assert with_profile(cfg, splits).data.classes == ["0", "1", "2"]
 
 
 def test_without_a_test_part_a_fixed_fifth_is_held_out(tmp_path):
@@ -439,7 +439,7 @@ def test_bad_settings_and_files_are_named(tmp_path):
         load_splits(cfg)
     x, y = flowers(60)
     torch.save({"x": x, "y": y}, tmp_path / "d.pt")
-    cfg = with_found(cfg, load_splits(cfg))
+    cfg = with_profile(cfg, load_splits(cfg))
     cfg.arch, cfg.model.hidden = "lenet", None
     with pytest.raises(ValueError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
         from bnn_zoo.runs.factory import build_from_config
@@ -464,7 +464,7 @@ def test_data_that_grew_since_the_run_trained_is_refused(tmp_path):
     x, y = flowers(100)
     torch.save({"x": x, "y": y}, tmp_path / "d.pt")
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
-    cfg = with_found(cfg, load_splits(cfg))
+    cfg = with_profile(cfg, load_splits(cfg))
     assert len(load_splits(cfg).test) == 20  # the same data: its stored statistics and digest agree
     torch.save({"x": torch.cat([x, x[:1]]), "y": torch.cat([y, y[:1]])}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="holds other examples than the run trained on"):
@@ -488,7 +488,7 @@ def test_uint8_image_tensors_train_lenet_as_images(tmp_path):
     images = torch.randint(0, 256, (60, 16, 16), dtype=torch.uint8)  # [N, H, W] as NumPy's MNIST has them
     torch.save({"x": images, "y": torch.arange(60) % 2}, tmp_path / "d.pt")
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
-    found = make_config(with_found(cfg, load_splits(cfg)))
+    found = make_config(with_profile(cfg, load_splits(cfg)))
     check_network_fits(found)  # lenet takes them: 1 x 16 x 16
     assert found.data.input_shape == [1, 16, 16]
     first = read_own(cfg, True)[0].x[0]  # an image scaled to 0..1, given its channel
@@ -526,7 +526,7 @@ def test_images_too_small_for_lenet_name_what_resizes_them(tmp_path):
         assert str(refused.value) == too_small + fix + any_size and not (tmp_path / "run").exists()
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "pngs"),
                                                             "data.image_size": 12}))
-    check_network_fits(make_config(with_found(cfg, load_splits(cfg))))  # resized as it says: LeNet takes them
+    check_network_fits(make_config(with_profile(cfg, load_splits(cfg))))  # resized as it says: LeNet takes them
 
 
 def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_run, pngs, tmp_path, capsys):
@@ -646,7 +646,7 @@ def test_a_null_noise_scale_starts_where_a_least_squares_line_leaves_the_targets
     cfg = resolved(make_config({"arch": "table_mlp", "model": {"likelihood": "gaussian", "noise_scale": None},
                                 "data": {"path": str(tmp_path / "r.csv")}}))
     splits = load_splits(cfg)
-    found = with_found(cfg, splits)
+    found = with_profile(cfg, splits)
     sd = found.data.target_stats[1]
     assert found.model.noise_scale == pytest.approx(0.3 / sd, rel=0.15)  # sd: about sqrt(5.09)
     assert least_squares_sd(x[:3], y[:3]) == 1.0  # three rows, four coefficients

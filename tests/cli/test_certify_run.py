@@ -22,7 +22,7 @@ from bnn_zoo.runs.trained import weights_digest
 
 def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
     found = json.loads((certified_run / CALIBRATION).read_text())
-    trained = load(certified_run, DEVICE)  # where calibrate_run drew its samples
+    trained = load(certified_run, DEVICE)  # where certify_run drew its samples
     x, labels = validation_set(trained)
     assert len(labels) == 128  # the run's validation split, not its test set
     pyro.set_rng_seed(0)
@@ -55,7 +55,7 @@ def test_sets_certified_for_other_weights_are_not_used(certified_run, tmp_path):
     trained = load(run)
     assert trained.calibration_problem and load(certified_run).sets
     for held in ("rules", "sets"):  # the README's own quick start reads trained.rules: refused, as rules_for() is
-        with pytest.raises(CheckpointError, match="certified other weights .* re-certify with python -m bnn_zoo.calibrate"):
+        with pytest.raises(CheckpointError, match="certified other weights .* re-certify with python -m bnn_zoo.certify"):
             getattr(trained, held)
     assert trained.temperature is None and TWIN_SCALED not in posteriors(trained)  # fitted to other weights too
 
@@ -130,7 +130,7 @@ def test_an_uncertified_run_says_the_smallest_risk_its_validation_certifies(tiny
     assert main([str(run)]) == 0
     printed = capsys.readouterr().out
     assert (f"bayes: not certified ({found['error']}); the smallest risk these 128 validation inputs certify at delta "
-            f"0.05 is {smallest:g}, which python -m bnn_zoo.calibrate {run} --risk {smallest:g} certifies; risk 0.01 "
+            f"0.05 is {smallest:g}, which python -m bnn_zoo.certify {run} --risk {smallest:g} certifies; risk 0.01 "
             "needs at least 709 validation inputs accepted with no error; until one is, predict, evaluate and the page "
             "answer with its conformal set; its sets at 99% coverage: ") in printed
     assert main([str(run), "--risk", f"{smallest:g}"]) == 0
@@ -151,7 +151,7 @@ def test_sets_on_too_few_validation_inputs_say_how_many_they_need(tiny_run, tmp_
     assert found["bayes"]["sets"]["threshold"] is None  # every class
     assert summary(found, "RUN").splitlines()[0].endswith(
         "its sets at 99% coverage: every class (smaller ones need at least 99 validation inputs, these are 91, or a "
-        "lower coverage: python -m bnn_zoo.calibrate RUN --alpha 0.02 for 98% sets)")
+        "lower coverage: python -m bnn_zoo.certify RUN --alpha 0.02 for 98% sets)")
 
 
 def test_the_calibrate_cli(certified_run, tmp_path, capsys):
@@ -195,7 +195,7 @@ def test_a_damaged_calibration_is_named(certified_run, tmp_path):
         load(run)
     (run / CALIBRATION).write_text('{"bayes": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(StorageError, match=r"calibration.json is not a readable calibration bnn-zoo wrote \(nested "
-                                           r"too deeply\): delete it or write it again: python -m bnn_zoo.calibrate"):
+                                           r"too deeply\): delete it or write it again: python -m bnn_zoo.certify"):
         load(run)
 
 
@@ -226,7 +226,7 @@ def test_a_calibration_of_other_weights_is_refused_until_recertified(certified_r
     state["epoch"] = 3
     save_atomic(state, run / CHECKPOINT)
     trained = load(run)
-    fix = f"re-certify with python -m bnn_zoo.calibrate {run}, or use the quantile rule"
+    fix = f"re-certify with python -m bnn_zoo.certify {run}, or use the quantile rule"
     with pytest.raises(CheckpointError, match=f"certified other weights \\(epoch 2, 1 member\\(s\\)\\) than the run "
                                               f"holds now \\(epoch 3, 1 member\\(s\\)\\): {fix}"):
         trained.rules_for()
@@ -235,7 +235,7 @@ def test_a_calibration_of_other_weights_is_refused_until_recertified(certified_r
     _write_digit(image)
     assert predict_main([str(run), str(image)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "certified other weights" in err and "python -m bnn_zoo.calibrate" in err
+    assert err.count("\n") == 0 and "certified other weights" in err and "python -m bnn_zoo.certify" in err
     assert predict_main([str(run), str(image), "--rule", "quantile"]) == 0
     before = (run / "eval.json").read_bytes() if (run / "eval.json").exists() else None
     assert evaluate.main([str(run), "--test-size", "20", "--ood-size", "10"]) == 2
@@ -250,7 +250,7 @@ def test_a_calibration_that_does_not_name_its_weights_is_refused(certified_run, 
     found = json.loads((run / CALIBRATION).read_text())
     del found[CERTIFIED_WEIGHTS]
     (run / CALIBRATION).write_text(json.dumps(found))
-    with pytest.raises(CheckpointError, match="does not say which weights it certified .*python -m bnn_zoo.calibrate"):
+    with pytest.raises(CheckpointError, match="does not say which weights it certified .*python -m bnn_zoo.certify"):
         load(run).rules_for()
 
 
@@ -259,7 +259,7 @@ def test_a_resumed_run_recertifies_at_its_end_even_without_calibrate(certified_r
 
     run = _copy(certified_run, tmp_path)
     before = json.loads((run / CALIBRATION).read_text())
-    train(config_for_run(None, [f"resume={run}", "train.epochs=3", "abstention.calibrate=false",
+    train(config_for_run(None, [f"resume={run}", "train.epochs=3", "abstention.certify=false",
                                 "abstention.risk=0.4", "abstention.delta=0.2", "abstention.max_refusal=0.1",
                                 "abstention.samples=4"]))
     after = json.loads((run / CALIBRATION).read_text())
@@ -280,12 +280,12 @@ def _write_digit(path):
 def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
     import torch
 
-    from bnn_zoo.cli.certify import calibrate_run
+    from bnn_zoo.cli.certify import certify_run
 
     run = _copy(certified_run, tmp_path)
     torch.manual_seed(7)
     state = torch.get_rng_state()
-    found = calibrate_run(run, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
+    found = certify_run(run, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
     assert torch.equal(torch.get_rng_state(), state)
     assert found["bayes"] == json.loads((certified_run / CALIBRATION).read_text())["bayes"]  # the same draws: seed 0
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from conftest import ZOO, example_batch
 
 from bnn_zoo import LocalReparameterization, build, predict
-from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.core.elbo import TraceKL_ELBO
 
 HIDDEN = {"toy_mlp": [32], "mnist_mlp": [32], "lenet": None}
 
@@ -104,7 +104,7 @@ def test_replayed_weights_are_not_taken_for_the_prior_s_draws():
 def test_it_lowers_the_gradient_variance():
     model, guide = build("mnist_mlp", num_data=1000, hidden=[64], init_scale=0.1)
     x, y = example_batch("mnist_mlp", 64)
-    elbo = SplitELBO()
+    elbo = TraceKL_ELBO()
     variance = {}
     for label, handler in (("weights", None), ("local", LocalReparameterization)):
         grads = []

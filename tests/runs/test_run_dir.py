@@ -160,7 +160,7 @@ def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
 @pytest.mark.parametrize("trouble, reason", [("read-only", "Read-only file system"),
                                            ("full", "No space left on device")])
 def test_an_unwritable_run_directory_stops_resume_before_any_work(tmp_path, trouble, reason):
-    from test_files import fill, remount_readonly, tmpfs
+    from helpers import fill, remount_readonly, tmpfs
 
     with tmpfs(tmp_path / "disk", "8m") as disk:
         train(tiny_config("toy_mlp", run_dir=str(disk / "run"), **TOY))

@@ -16,13 +16,13 @@ from conftest import tiny_config
 
 from bnn_zoo import load
 from bnn_zoo.runs.checkpoint import CHECKPOINT, read
-from bnn_zoo.runs.ranks import World
+from bnn_zoo.runs.ranks import Ranks
 from bnn_zoo.core.errors import ConfigError, TrainingError
 from bnn_zoo.runs.loop import adam
 from bnn_zoo.runs.phases import BayesPhase, TwinPhase
 
 CPU = torch.device("cpu")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -53,7 +53,7 @@ def _one_step(rank: int, port: int, kind: str, out: str) -> None:
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     cfg = _config(kind)
-    world = World.from_env(cfg.seed)
+    world = Ranks.from_env(cfg.seed)
     with world.joined(CPU), pyro.settings.context(module_local_params=True):
         phase = _phase(kind, cfg)
         loss_fn = world.wrap(phase.modules(), phase.loss, CPU)
@@ -83,7 +83,7 @@ def test_one_step_on_two_ranks_is_the_single_process_step_on_the_global_batch(ki
         x, y = _batch()
         with phase.stepping():
             for rank in range(2):
-                world = World(rank, 2, rank, cfg.seed)
+                world = Ranks(rank, 2, rank, cfg.seed)
                 with world.draws(0):
                     loss = phase.loss(*world.share(x, y))
                 assert torch.allclose(loss.detach(), ranks[rank]["loss"], rtol=1e-6)
@@ -211,28 +211,28 @@ def test_the_rendezvous_bound_must_be_a_positive_number(monkeypatch):
     for value in ("soon", "0", "-1", "inf"):
         monkeypatch.setenv("BNN_ZOO_RENDEZVOUS_SECONDS", value)
         with pytest.raises(ConfigError, match=f"^BNN_ZOO_RENDEZVOUS_SECONDS must be a positive number of seconds, "
-                                              f"got '{value}'$"), World(0, 2, launched=True).joined(CPU):
+                                              f"got '{value}'$"), Ranks(0, 2, launched=True).joined(CPU):
             pass
 
 
 def test_what_several_ranks_cannot_do_is_named():
     with pytest.raises(ConfigError, match="train.members=3 and infer=svi run in one process"):
-        World(0, 2).check(members=3, infer="svi")
+        Ranks(0, 2).check(members=3, infer="svi")
     with pytest.raises(ConfigError, match="infer=nuts run in one process"):
-        World(1, 2).check(members=1, infer="nuts")
-    World().check(members=3, infer="nuts")  # one process: all of it
+        Ranks(1, 2).check(members=1, infer="nuts")
+    Ranks().check(members=3, infer="nuts")  # one process: all of it
     for env, message in (({"WORLD_SIZE": "two"}, "must be integers"), ({"WORLD_SIZE": "2", "RANK": "2"}, "is no rank")):
         with pytest.raises(ConfigError, match=message):
             os.environ.update(env)
             try:
-                World.from_env(0)
+                Ranks.from_env(0)
             finally:
                 for key in env:
                     os.environ.pop(key)
 
 
 def test_every_rank_draws_the_same_order_and_the_shares_make_up_the_batch():
-    ranks = [World(r, 3, r, seed=4) for r in range(3)]
+    ranks = [Ranks(r, 3, r, seed=4) for r in range(3)]
     orders = [torch.randperm(100, generator=w.order(2, CPU)) for w in ranks]
     assert all(torch.equal(orders[0], o) for o in orders) and not torch.equal(
         orders[0], torch.randperm(100, generator=ranks[0].order(3, CPU)))  # alike on every rank, new each epoch
@@ -248,8 +248,8 @@ def test_every_rank_draws_the_same_order_and_the_shares_make_up_the_batch():
 
 
 def test_one_process_is_left_as_it_was():
-    """World() changes nothing: the whole batch, torch's own order and draws, the loss itself."""
-    world, x, y = World(), *_batch()
+    """Ranks() changes nothing: the whole batch, torch's own order and draws, the loss itself."""
+    world, x, y = Ranks(), *_batch()
     assert world.share(x, y) == (x, y) and world.order(3, CPU) is None and world.mean(torch.tensor(2.0)) == 2.0
     state = torch.get_rng_state()
     with world.draws(5):
@@ -264,7 +264,7 @@ def _first_fails(rank: int, port: int, out: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
-    world = World.from_env(0)
+    world = Ranks.from_env(0)
     loaded = []
 
     def load():
@@ -294,7 +294,7 @@ def _fit(loss, fails: bool) -> None:
         raise TrainingError("a non-finite loss")
 
 
-def _ddp_step(world: World, fails: bool) -> None:
+def _ddp_step(world: Ranks, fails: bool) -> None:
     net = torch.nn.Linear(2, 1)
     try:
         _fit(world.wrap([net], lambda x, y: (net(x) - y).pow(2).mean(), CPU), fails)
@@ -303,11 +303,11 @@ def _ddp_step(world: World, fails: bool) -> None:
 
 
 def _gloo_threads_after(rank: int, port: int, out: str, fails: bool) -> None:
-    """Rank ``rank`` of two: a DDP step inside ``World.joined`` (that raises, where ``fails``, as a
+    """Rank ``rank`` of two: a DDP step inside ``Ranks.joined`` (that raises, where ``fails``, as a
     non-finite loss would); then the names of the threads left."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
-    world = World.from_env(0)
+    world = Ranks.from_env(0)
     gc.disable()  # as in a run whose collector has not come round since training
     threads = lambda: sorted((task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir())  # noqa: E731
     try:
@@ -337,4 +337,4 @@ def test_a_training_set_smaller_than_the_ranks_is_refused():
     cfg = tiny_config("toy_mlp", **{"train.batch_size": 4})
     with pytest.raises(ConfigError, match="1 training examples cannot be shared among 2 ranks"):
         fit("bayes", lambda x, y: x.sum(), None, None, TensorSet(torch.zeros(1, 1), torch.zeros(1)), cfg.train, 1,
-            [], 1.0, lambda record, due: False, World(0, 2))
+            [], 1.0, lambda record, due: False, Ranks(0, 2))

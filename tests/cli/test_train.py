@@ -14,7 +14,7 @@ from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES
 from bnn_zoo.runs.config import config_names, resolved
 from bnn_zoo.runs.checks import recipe
 from bnn_zoo.data.sets import toy_data
-from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.core.elbo import TraceKL_ELBO
 from bnn_zoo.core.errors import ConfigError, TrainingError
 from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.evaluation.plots import variance_parts
@@ -212,8 +212,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypat
         data_fit, kl = original(self, model_trace, guide_trace)
         return data_fit * float("nan"), kl
 
-    original = SplitELBO.particle
-    monkeypatch.setattr(SplitELBO, "particle", explode)
+    original = TraceKL_ELBO.particle
+    monkeypatch.setattr(TraceKL_ELBO, "particle", explode)
     with pytest.raises(TrainingError, match=r"loss became nan in epoch 11; stopped. \S+checkpoint.pt holds epoch 10.*resume=\S+ train.lr=0.0001"):
         train(config_for_run(None, [f"resume={tmp_path}", "train.epochs=20"]))
     kept = load(tmp_path)
@@ -302,6 +302,6 @@ def test_the_table_classification_recipe_learns_a_plain_boundary(tmp_path):
     y = (x[:, 0] - x[:, 1] + 0.3 * torch.randn(500, generator=g) > 0).long()
     metrics = train(config_for_run("table_classification", [f"data.path={_table(tmp_path / 't.csv', x, y)}",
                                                             f"run_dir={tmp_path / 'run'}", "train.progress=false",
-                                                            "abstention.calibrate=false"]))
+                                                            "abstention.certify=false"]))
     assert metrics["bayes"]["test/accuracy"] >= 0.88 and metrics["twin"]["test/accuracy"] >= 0.88
     assert metrics["bayes"]["test/nll"] < 0.3  # the majority's is log 2 = 0.69

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from bnn_zoo.data.sets import load_splits, with_found
+from bnn_zoo.data.sets import load_splits, with_profile
 from bnn_zoo.core.errors import DataError
 from bnn_zoo.data.own import MAX_CLASSES, read_own, read_rows
 from bnn_zoo.data.csv_tables import read_csv, table_columns
@@ -98,8 +98,8 @@ def test_without_data_target_a_column_named_as_targets_are_is_the_target(tmp_pat
     path = table(tmp_path, "\n".join([header, *rows]) + "\n")
     cfg = own(tmp_path, "csv", path)
     splits = load_splits(cfg)
-    assert splits.found.features == [n for n in names if n != target]
-    assert splits.found.target == target and with_found(cfg, splits).data.target == target
+    assert splits.profile.features == [n for n in names if n != target]
+    assert splits.profile.target == target and with_profile(cfg, splits).data.target == target
     table(tmp_path, "y,f1,label\n1,2,3\n")
     with pytest.raises(DataError, match=r"t.csv: the columns 'y' and 'label' could each be the target: name it, "
                                         r"data.target=NAME"):
@@ -137,7 +137,7 @@ def test_rows_of_uint8_are_the_numbers_they_are_in_training_and_predict(tmp_path
     cfg = own(tmp_path, "tensors", tmp_path / "d.pt")
     train_part, test_part = read_own(cfg, True)
     assert sorted(torch.cat([train_part.x, test_part.x]).tolist()) == sorted(rows.float().tolist())
-    cfg = with_found(cfg, load_splits(cfg))
+    cfg = with_profile(cfg, load_splits(cfg))
     torch.save({"x": rows.float()}, tmp_path / "f.pt")
     torch.save({"x": rows.to(torch.uint8)}, tmp_path / "u.pt")
     assert torch.equal(read_rows(cfg, tmp_path / "u.pt"), read_rows(cfg, tmp_path / "f.pt"))

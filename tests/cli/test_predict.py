@@ -100,7 +100,7 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
     why = ("no rule is certified for bayes, so each answer is its 80% conformal set: the smallest risk these 128 "
            "validation inputs certify at delta 0.05 is ")
     assert printed.err.startswith(why) and printed.err.count("\n") == 1
-    assert f"python -m bnn_zoo.calibrate {uncertified_run} --risk " in printed.err
+    assert f"python -m bnn_zoo.certify {uncertified_run} --risk " in printed.err
     assert "risk 0.01 needs at least 709 validation inputs accepted with no error" in printed.err
     trained = load(uncertified_run, DEVICE)
     pyro.set_rng_seed(0)

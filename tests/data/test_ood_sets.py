@@ -1,7 +1,7 @@
 import pytest
 import torch
 from PIL import Image
-from test_data import write_idx
+from helpers import write_idx
 
 from bnn_zoo.data.sets import load_torchvision
 from bnn_zoo.core.errors import DataError

@@ -1,4 +1,3 @@
-import gzip
 
 import pytest
 import torch
@@ -6,14 +5,7 @@ import torch
 from bnn_zoo.data import sets as data
 from bnn_zoo.data import ood_sets as ood
 from bnn_zoo.data.sets import DataError
-
-
-def write_idx(path, tensor: torch.Tensor, gz: bool = False):
-    header = bytes([0, 0, 0x08, tensor.dim()]) + b"".join(
-        s.to_bytes(4, "big") for s in tensor.shape)
-    raw = header + tensor.to(torch.uint8).numpy().tobytes()
-    with (gzip.open if gz else open)(path, "wb") as f:
-        f.write(raw)
+from helpers import write_idx
 
 
 @pytest.mark.parametrize("gz", [False, True])

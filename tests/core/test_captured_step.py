@@ -13,7 +13,7 @@ from torch import nn
 
 from bnn_zoo import bayesian, build
 from bnn_zoo.core.captured_step import STEPS_TO_COMPILE, STEPS_TO_TRACE, CapturedStep, NotCaptured, choose
-from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.core.elbo import TraceKL_ELBO
 from bnn_zoo.runs.loop import adam
 from bnn_zoo.runs.phases import BayesPhase
 from bnn_zoo.core.reparam import LocalReparameterization
@@ -53,7 +53,7 @@ def pair(arch: str, guide: str = "meanfield"):
 
 def one_step(model, guide, x, y, reparam: str, capture: str):
     """(loss, data fit, gradients, parameters after Adam's step, buffers) of one training step."""
-    elbo = SplitELBO()
+    elbo = TraceKL_ELBO()
     context = LocalReparameterization if reparam == "local" else torch.enable_grad
 
     def loss_and_data_fit(x, y):
@@ -113,7 +113,7 @@ def test_other_guides_replay_as_pyro_runs_them(guide):
 
 def test_capturing_draws_no_random_number_and_replays_draw_fresh_ones():
     model, guide, x, y = pair("mnist_mlp")
-    elbo = SplitELBO()
+    elbo = TraceKL_ELBO()
     with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
         step = CapturedStep(lambda x, y: (elbo.differentiable_loss(model, guide, x, y),), [model, guide])
         state = torch.get_rng_state()
@@ -138,7 +138,7 @@ def test_a_step_that_branches_on_a_tensor_value_is_not_captured():
         model, guide = bayesian(Branching(), num_data=10)
         x, y = torch.randn(4, 3), torch.randint(0, 2, (4,))
         guide(x)
-        step = CapturedStep(lambda x, y: (SplitELBO().differentiable_loss(model, guide, x, y),), [model, guide])
+        step = CapturedStep(lambda x, y: (TraceKL_ELBO().differentiable_loss(model, guide, x, y),), [model, guide])
         for _ in range(2):  # said again at each call of that signature
             with pytest.raises(NotCaptured, match="branches on a tensor's value") as caught:
                 step(x, y)
@@ -149,14 +149,14 @@ def test_a_guide_without_parameters_yet_is_refused_before_tracing():
     with pyro.settings.context(module_local_params=True):
         model, guide = bayesian(nn.Linear(3, 2), num_data=10)
         with pytest.raises(ValueError, match=r"has no parameters yet: call it once \(guide\(x\)\)"):
-            CapturedStep(lambda x, y: (SplitELBO().differentiable_loss(model, guide, x, y),), [model, guide])
+            CapturedStep(lambda x, y: (TraceKL_ELBO().differentiable_loss(model, guide, x, y),), [model, guide])
 
 
 def test_train_and_eval_mode_are_captured_apart():
     """BatchNorm normalizes by the batch in train mode and by its running statistics in eval mode:
     a graph traced in one mode is not replayed in the other."""
     model, guide, x, y = pair(ANY_NET)
-    elbo = SplitELBO()
+    elbo = TraceKL_ELBO()
     fn = lambda x, y: (elbo.differentiable_loss(model, guide, x, y),)  # noqa: E731
     with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
         step = CapturedStep(fn, [model, guide])
@@ -292,7 +292,7 @@ class FailsWhileRunning:
 def steps(capture: str, n: int = 4, note=None):
     """The losses and final parameters of n steps of the captured toy step."""
     model, guide, x, y = pair("toy_mlp")
-    elbo, modules = SplitELBO(), [model, guide]
+    elbo, modules = TraceKL_ELBO(), [model, guide]
     fn = lambda x, y: (elbo.differentiable_loss(model, guide, x, y),)  # noqa: E731
     params = dict(nn.ModuleList(modules).named_parameters())
     optimizer, losses = adam(params.values(), 0.01), []

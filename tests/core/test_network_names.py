@@ -303,7 +303,7 @@ def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_ne
 
     run_dir = tmp_path / "handed"
     train(tiny_config(f"{own_nets}:small_cnn", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA),
-                                                   "train.epochs": 1, "train.twin": False, "abstention.calibrate": False}))
+                                                   "train.epochs": 1, "train.twin": False, "abstention.certify": False}))
     marker = tmp_path / "ran"
     (run_dir / "own_nets.py").write_text(f"open({str(marker)!r}, 'w').close()\n" + textwrap.dedent(NETS))
     from PIL import Image

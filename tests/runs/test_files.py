@@ -1,39 +1,10 @@
 import json
-import subprocess
-from contextlib import contextmanager
 
 import pytest
 
 from bnn_zoo.core.errors import StorageError
 from bnn_zoo.runs.files import check_writable, make_folder, open_lock, read_json, write_atomic
-
-
-@contextmanager
-def tmpfs(folder, size: str = "2m", readonly: bool = False):
-    """A small tmpfs mounted at ``folder`` (a full disk, a read-only folder); skips without the
-    right to mount (root in most sandboxes and CI machines)."""
-    folder.mkdir(exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root): the full-disk and read-only cases are not run")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=True)
-
-
-def remount_readonly(folder) -> None:
-    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
-
-
-def fill(folder) -> None:
-    """Leave no free byte on the file system of ``folder``."""
-    try:
-        with open(folder / "filler", "wb", buffering=0) as f:
-            while True:
-                f.write(bytes(1 << 12))
-    except OSError:  # No space left on device: full
-        pass
+from helpers import fill, remount_readonly, tmpfs
 
 
 def test_a_planted_link_at_the_temporary_name_is_not_written_through(tmp_path):

@@ -247,7 +247,7 @@ def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tm
 
 
 def test_a_missing_member_is_named(shared_data, tmp_path):
-    train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False, "abstention.calibrate": False}))
+    train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False, "abstention.certify": False}))
     (tmp_path / MEMBERS / "1" / CHECKPOINT).unlink()
     with pytest.raises(Exception, match="member 1 has no checkpoint.*resume="):
         load(tmp_path)
@@ -310,7 +310,7 @@ def rungs(tmp_path_factory):
 
 
 def test_every_rung_scores_on_the_ladder_with_its_cost(rungs, ensembles, tmp_path, capsys):
-    from test_scripts import load_script
+    from helpers import load_script
 
     deep, single = rungs
     runs = [str(deep), str(single), str(ensembles["mnist_mlp"][0])]

@@ -8,7 +8,7 @@ from conftest import SMALL, ZOO, example_batch
 from pyro.infer import ELBO, SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from bnn_zoo import build, make_prior
-from bnn_zoo.core.elbo import SplitELBO
+from bnn_zoo.core.elbo import TraceKL_ELBO
 from bnn_zoo.core.priors import PRIORS
 
 
@@ -40,13 +40,13 @@ def test_split_elbo_is_pyros_estimator(arch, kind):
     model, guide = build(arch, num_data=500, hidden=SMALL[arch], prior=make_prior(kind))
     x, y = example_batch(arch)
     guide(x, y)
-    for ours, pyros in ((SplitELBO(), TraceMeanField_ELBO()), (SplitELBO(closed_form_kl=False), Trace_ELBO())):
+    for ours, pyros in ((TraceKL_ELBO(), TraceMeanField_ELBO()), (TraceKL_ELBO(closed_form_kl=False), Trace_ELBO())):
         _same(_loss_and_grads(ours, model, guide, x, y), _loss_and_grads(pyros, model, guide, x, y))
         loss, parts = _parts(ours, model, guide, x, y)
         assert loss.requires_grad and not parts.data_fit.requires_grad and not parts.kl.requires_grad
         assert torch.allclose(parts.data_fit + parts.kl, _loss_and_grads(ours, model, guide, x, y)[0])
     # the data fit is minus the scaled log-likelihood at the guide's draw
-    _, parts = _parts(SplitELBO(), model, guide, x, y, seed=9)
+    _, parts = _parts(TraceKL_ELBO(), model, guide, x, y, seed=9)
     pyro.set_rng_seed(9)
     replayed = poutine.trace(poutine.replay(model, trace=poutine.trace(guide).get_trace(x, y))).get_trace(x, y)
     expected = -(500 / 8) * replayed.nodes["obs"]["fn"].log_prob(y).sum()
@@ -58,7 +58,7 @@ def test_kl_weight_scales_the_kl_and_nothing_else(arch):
     model, guide = build(arch, num_data=500, hidden=SMALL[arch])
     x, y = example_batch(arch)
     guide(x, y)
-    plain, tempered = SplitELBO(), SplitELBO(kl_weight=0.25)
+    plain, tempered = TraceKL_ELBO(), TraceKL_ELBO(kl_weight=0.25)
     full, full_grads = _loss_and_grads(plain, model, guide, x, y)
     cold, cold_grads = _loss_and_grads(tempered, model, guide, x, y)
     _, parts = _parts(plain, model, guide, x, y)
@@ -67,7 +67,7 @@ def test_kl_weight_scales_the_kl_and_nothing_else(arch):
     assert cold.item() < full.item() - 0.5 * parts.kl.item()
     assert not all(torch.allclose(a, b) for a, b in zip(full_grads, cold_grads))
     with pytest.raises(ValueError, match="kl_weight must be a positive finite number, got 0"):
-        SplitELBO(kl_weight=0)
+        TraceKL_ELBO(kl_weight=0)
 
 
 @pytest.mark.parametrize("kind", ["lowrank", "delta"])
@@ -75,29 +75,29 @@ def test_split_elbo_with_other_guides_is_trace_elbo(kind):
     model, guide = build("mnist_mlp", num_data=500, hidden=[16], guide=kind, rank=2)
     x, y = example_batch("mnist_mlp")
     guide(x, y)
-    _same(_loss_and_grads(SplitELBO(), model, guide, x, y), _loss_and_grads(Trace_ELBO(), model, guide, x, y))
+    _same(_loss_and_grads(TraceKL_ELBO(), model, guide, x, y), _loss_and_grads(Trace_ELBO(), model, guide, x, y))
 
 
 @pytest.mark.parametrize("kind", PRIORS)
 def test_kl_estimators_say_which_terms_are_closed_form(kind):
     model, guide = build("lenet", num_data=500, prior=make_prior(kind))
     x, y = example_batch("lenet")
-    found = SplitELBO().kl_estimators(model, guide, x, y)
+    found = TraceKL_ELBO().kl_estimators(model, guide, x, y)
     assert found["closed_form" if kind in ("gaussian", "fan_in") else "monte_carlo"] == [f"net.{n}" for n in model.weight_shapes]
-    assert SplitELBO(closed_form_kl=False).kl_estimators(model, guide, x, y)["closed_form"] == []
+    assert TraceKL_ELBO(closed_form_kl=False).kl_estimators(model, guide, x, y)["closed_form"] == []
 
 
 def test_split_elbo_trains_with_svi_and_num_particles():
     model, guide = build("toy_mlp", num_data=20, hidden=[8], noise_scale=0.5)
     x = torch.linspace(-1, 1, 20).unsqueeze(-1)
     y = 2 * x[:, 0]
-    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.05}), SplitELBO(num_particles=4))
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.05}), TraceKL_ELBO(num_particles=4))
     losses = [svi.step(x, y) for _ in range(150)]
     assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
     pyro.set_rng_seed(1)
-    pair = SplitELBO(num_particles=2).loss(model, guide, x, y)
+    pair = TraceKL_ELBO(num_particles=2).loss(model, guide, x, y)
     pyro.set_rng_seed(1)
-    singles = [SplitELBO().loss(model, guide, x, y) for _ in range(2)]
+    singles = [TraceKL_ELBO().loss(model, guide, x, y) for _ in range(2)]
     assert pair == pytest.approx(sum(singles) / 2, rel=1e-6)  # the mean of the particles, drawn in turn
 
 
@@ -122,12 +122,12 @@ def test_vectorized_particles_are_the_mean_of_single_particles(arch, closed_form
         calls.append(guide(*args))
         return calls[-1]
 
-    elbo = SplitELBO(num_particles=4, vectorize_particles=True, closed_form_kl=closed_form_kl)
+    elbo = TraceKL_ELBO(num_particles=4, vectorize_particles=True, closed_form_kl=closed_form_kl)
     loss, parts = elbo.loss_and_parts(model, recorded, x, y)
     assert len(calls) == 2 and elbo.max_plate_nesting == 2  # Pyro's one guess of the plates, then one pass
     weights = calls[-1]
     assert {n: w.shape for n, w in weights.items()} == {f"net.{n}": (4, 1, *s) for n, s in model.weight_shapes.items()}
-    singles = [SplitELBO(closed_form_kl=closed_form_kl).loss_and_parts(model, _replaying(guide, x, weights, i), x, y)
+    singles = [TraceKL_ELBO(closed_form_kl=closed_form_kl).loss_and_parts(model, _replaying(guide, x, weights, i), x, y)
                for i in range(4)]
     assert torch.allclose(loss, torch.stack([s[0] for s in singles]).mean(), rtol=1e-5)
     assert torch.allclose(parts.data_fit, torch.stack([s[1].data_fit for s in singles]).mean(), rtol=1e-5)
@@ -140,13 +140,13 @@ def test_max_plate_nesting_is_honoured():
     model, guide = build("toy_mlp", num_data=20, hidden=[4])
     x, y = torch.linspace(-1, 1, 5).unsqueeze(-1), torch.zeros(5)
     with pyro.validation_enabled(True):
-        assert SplitELBO(max_plate_nesting=1).loss(model, guide, x, y) > 0  # the data plate
+        assert TraceKL_ELBO(max_plate_nesting=1).loss(model, guide, x, y) > 0  # the data plate
         with pytest.raises(ValueError, match='at site "obs", plate stack overflow'):
-            SplitELBO(max_plate_nesting=0).loss(model, guide, x, y)
+            TraceKL_ELBO(max_plate_nesting=0).loss(model, guide, x, y)
 
 
 def test_the_pyro_internals_split_elbo_builds_on():
-    """pyro.infer.ELBO's hooks SplitELBO uses (hence pyro-ppl < 1.10 in pyproject.toml): it
+    """pyro.infer.ELBO's hooks TraceKL_ELBO uses (hence pyro-ppl < 1.10 in pyproject.toml): it
     implements the abstract ``_get_trace(model, guide, args, kwargs)`` and iterates
     ``_get_traces(model, guide, args, kwargs)``. A Pyro release that changes them fails here."""
     assert "_get_trace" in ELBO.__abstractmethods__

@@ -293,7 +293,7 @@ def test_slow_clients_are_cut_off_and_connections_are_bounded(answerer):
         kept = socket.create_connection(("127.0.0.1", port), timeout=10)  # answered, then half a second head
         kept.sendall(f"GET /nowhere HTTP/1.1\r\n{host}\r\n".encode())
         answered = b""
-        while not answered.endswith(b"Not Found"):  # the head and the body may come apart
+        while not answered.endswith(b"Not DataProfile"):  # the head and the body may come apart
             answered += kept.recv(4096)
         assert answered.startswith(b"HTTP/1.1 404")
         opened = time.monotonic()
@@ -484,7 +484,7 @@ def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path
                           text=True, timeout=120)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and "calibration.json certified other weights" in last
-    assert f"python -m bnn_zoo.calibrate {run}" in last
+    assert f"python -m bnn_zoo.certify {run}" in last
 
 
 def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_run, shared_data, tmp_path, capsys):

@@ -141,7 +141,7 @@ def test_evaluate_checks_its_arguments_before_the_work(tiny_run, tmp_path, capsy
 def test_evaluate_and_calibrate_refuse_unwritable_outputs_before_the_work(certified_run, tmp_path, capsys):
     import shutil
 
-    from test_files import remount_readonly, tmpfs
+    from helpers import remount_readonly, tmpfs
 
     from bnn_zoo.cli.certify import main as calibrate_main
 
@@ -177,7 +177,7 @@ def test_evaluation_draws_from_its_seed_and_leaves_the_caller_s_random_stream(ce
 
 
 def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certified_run):
-    """Why evaluate_run (like train, calibrate_run and predict) runs with module-local parameters,
+    """Why evaluate_run (like train, certify_run and predict) runs with module-local parameters,
     not only the command lines: under Pyro's global store a PyroModule takes the store's value of a
     parameter of its name, so a caller's own "locs.net..." would silently replace the run's weights."""
     import torch
