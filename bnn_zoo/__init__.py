@@ -14,20 +14,20 @@ Usage::
 """
 from importlib.metadata import PackageNotFoundError, version
 
-from .core.bnn import BayesianNet, bayesian
 from .abstain.conformal import ConformalSets, calibrate_sets
-from .runs.trained import Trained
-from .runs.loading import load
+from .abstain.temperature import fit_temperature
+from .core.architectures import ARCHITECTURES, build, make_net, make_twin
+from .core.bnn import BayesianNet, bayesian
 from .core.elbo import TraceKL_ELBO
 from .core.guides import DirectAutoNormal, make_guide
-from .runs.trained import posteriors
 from .core.likelihoods import Categorical, Gaussian
 from .core.predictive import predict  # bnn_zoo/predict.py is the command line alone
 from .core.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
 from .core.reparam import LocalReparameterization
-from .abstain.temperature import fit_temperature
 from .core.twin import Twin
-from .core.architectures import ARCHITECTURES, build, make_net, make_twin
+from .runs.loading import load
+from .runs.trained import Trained, posteriors
+
 
 def __getattr__(name: str):
     """Names of earlier versions, kept with a warning: SplitELBO is TraceKL_ELBO."""

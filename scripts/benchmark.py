@@ -103,11 +103,12 @@ def gradient_variance(spec: dict) -> dict:
     same posterior (every sd set to ``posterior_sd``, a trained posterior's typical size)."""
     import torch
 
-    from bnn_zoo.runs.config import load_config, resolved
-    from bnn_zoo.runs.checks import pick_device
-    from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.core.errors import DataError
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.runs.checks import pick_device
+    from bnn_zoo.runs.config import load_config, resolved
     from bnn_zoo.runs.phases import BayesPhase
+    from bnn_zoo.runs.plan import Plan
 
     device = pick_device(spec["device"])
     try:
@@ -121,7 +122,8 @@ def gradient_variance(spec: dict) -> dict:
         torch.manual_seed(0)
         cfg = resolved(load_config(spec["arch"], [f"model.reparam={reparam}",
                                                   f"model.init_scale={spec['posterior_sd']}"]))
-        phase = BayesPhase(cfg, 55000, device)
+        plan = Plan.of(cfg)
+        phase = BayesPhase(plan.networks, plan.train, 55000, device)
         guide, loss_fn = phase.guide, phase.loss
         grads = {"loc": [], "scale": []}
         for _ in range(spec["draws"]):

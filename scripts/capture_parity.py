@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from bnn_zoo.cli import options as cli
-from bnn_zoo.runs.config import load_config
-from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.cli.train import train
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.runs.config import load_config
 
 MODES = ("compile", "eager")
 FIGURES = ("accuracy", "nll", "auroc notmnist", "auroc fashion_mnist")

@@ -16,10 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _child import provenance
+
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import ConfigError
 from bnn_zoo.runs.files import write_atomic
-from _child import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,9 +6,9 @@ import pyro
 import pytest
 import torch
 
-from bnn_zoo.runs.config import make_config, resolved
-from bnn_zoo.runs.checks import pick_device
 from bnn_zoo.core.architectures import ARCHITECTURES, TABLE
+from bnn_zoo.runs.checks import pick_device
+from bnn_zoo.runs.config import make_config, resolved
 
 # The registered recipes with data sets of their own (table_mlp reads yours: test_loop and test_train train it)
 ZOO = [name for name in ARCHITECTURES if name != TABLE]
@@ -132,3 +132,12 @@ def uncertified_run(tiny_run, tmp_path_factory):
     found = certify_run(run_dir, alpha=0.2, samples=4)
     assert "rule" not in found["bayes"] and found["bayes"]["sets"]["threshold"] is not None, found
     return run_dir
+
+
+def splits_of(cfg, device="cpu"):
+    """The splits a resolved config's plan reads (``load_splits`` of its data section)."""
+    from bnn_zoo.data.sets import load_splits
+    from bnn_zoo.runs.plan import Plan
+
+    plan = Plan.of(cfg)
+    return load_splits(plan.data, plan.categorical, plan.seed, device)

@@ -16,6 +16,12 @@ import torch
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 
 
+def first_by_default(values) -> list:
+    """Parameters for ``pytest.mark.parametrize``: the first value in the default suite, the others
+    marked ``slow`` (left out of ``python -m pytest``, run by ``-m slow`` and CI)."""
+    return [pytest.param(value, marks=() if i == 0 else pytest.mark.slow) for i, value in enumerate(values)]
+
+
 def write_idx(path, tensor: torch.Tensor, gz: bool = False):
     header = bytes([0, 0, 0x08, tensor.dim()]) + b"".join(
         s.to_bytes(4, "big") for s in tensor.shape)

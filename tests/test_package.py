@@ -92,3 +92,20 @@ def test_modules_import_one_way_down_the_layers():
     top = [p.stem for p in PACKAGE.glob("*.py")]
     assert sorted(top) == sorted(ENTRIES), top  # the top holds the entry points alone
     assert len([d for d in PACKAGE.iterdir() if (d / "__init__.py").is_file() and d.name != "shipped"]) == len(LAYERS)
+
+
+def test_the_module_map_in_the_docs_is_the_package_s():
+    """docs/guides/modules.md names each room under a heading and each module in a row of its table:
+    every module of the package, none that is not."""
+    text = (PACKAGE.parent / "docs" / "guides" / "modules.md").read_text()
+    mapped, room = set(), None
+    for line in text.splitlines():
+        if line.startswith("## `"):
+            room = line[4:line.index("`", 4)]
+        elif room and line.startswith("| `"):
+            cell = line.split("|")[1]
+            mapped |= {f"{room}.{name}" for name in cell.replace("`", "").replace(" ", "").split(",")}
+    modules = {_module(p) for p in PACKAGE.rglob("*.py") if "shipped" not in p.parts
+               and p.parent != PACKAGE and p.name != "__init__.py"}
+    assert mapped == modules, (sorted(modules - mapped), sorted(mapped - modules))
+    assert [line[4:line.index("`", 4)] for line in text.splitlines() if line.startswith("## `")] == list(LAYERS)

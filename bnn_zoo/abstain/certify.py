@@ -78,7 +78,7 @@ def density_cuts(train_scores: torch.Tensor, levels: int = 60) -> tuple[float, .
 
 def check_settings(risk: float, delta: float, max_refusal: float, quantile: float = 0.5,
                    signal: str | None = None) -> None:
-    """The one check of the abstention settings (the config's, calibrate's and certify's):
+    """The one check of the abstention settings (the config's and the certify command's):
     ValueError naming the first setting out of range."""
     for name, value in (("risk", risk), ("delta", delta)):
         if not 0.0 < value < 1.0:
@@ -98,7 +98,7 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     from ``density_cuts`` of training inputs' scores (a grid fixed before validation is seen).
 
     Raises NotCertified when no rule on the grid can be certified (ask for a higher risk or delta,
-    or calibrate on more inputs: ``smallest_risk`` says which risk these inputs certify)."""
+    or certify on more inputs: ``smallest_risk`` says which risk these inputs certify)."""
     check_settings(risk, delta, max_refusal, quantile, signal)
     n, errors, cuts = rule_counts(probs, labels, quantile, signal, thresholds, cuts, density)
     p_value, level = p_values(n, errors, risk), delta / len(cuts)
@@ -107,7 +107,7 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
     if not certified.any():
         raise NotCertified(f"no rule reaches an error rate of {risk} among accepted inputs with confidence "
                          f"1 - {delta} on these {len(labels)} validation inputs: ask for a higher risk or "
-                         "delta, or calibrate on more inputs")
+                         "delta, or certify on more inputs")
     feasible = certified & (refused <= max_refusal)
     pool = feasible if feasible.any() else certified
     j = int(pool.any(0).nonzero()[0]) if feasible.any() else None

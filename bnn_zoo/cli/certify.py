@@ -23,31 +23,32 @@ import pyro
 import torch
 from torch import nn
 
-from . import options as cli
-from ..abstain.rule import DENSITY, SIGNALS
 from ..abstain.certify import CUTS, NotCertified, certify, check_settings, density_cuts, inputs_needed, smallest_risk
-from ..abstain.conformal import SCORES as SET_SCORES, calibrate_sets
-from ..posterior import KINDS, TWIN, TWIN_SCALED, certifying, held_part
-from ..runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, save_atomic
-from ..runs.trained import Trained, certified_weights
-from ..runs.loading import is_shipped, load
-from ..runs.checks import pick_device
-from ..data.sets import run_split
+from ..abstain.conformal import SCORES as SET_SCORES
+from ..abstain.conformal import calibrate_sets
+from ..abstain.density import DENSITY_INPUTS, FeatureDensity
+from ..abstain.rule import DENSITY, SIGNALS
+from ..abstain.temperature import fit_temperature
 from ..core.errors import ConfigError
 from ..core.likelihoods import Categorical
-from ..abstain.density import DENSITY_INPUTS, FeatureDensity
-from ..runs.trained import posteriors, sampled_probs
-from ..evaluation.set_answers import certify_advice, sets_advice
 from ..core.predictive import evaluating, seeded
-from ..abstain.temperature import fit_temperature
+from ..data.sets import run_split
+from ..evaluation.set_answers import certify_advice, sets_advice
+from ..posterior import KINDS, TWIN, TWIN_SCALED, certifying, held_part
+from ..runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, DENSITIES, save_atomic
+from ..runs.checks import pick_device
 from ..runs.files import check_writable, write_atomic
+from ..runs.loading import is_shipped, load
+from ..runs.trained import Trained, certified_weights, posteriors, sampled_probs
+from . import options as cli
+
 
 def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's validation split (normalized images on the run's device, labels), never test."""
     cfg = trained.config
     if not cfg.data.val_size:
-        raise ConfigError("this run holds no validation split (data.val_size=0) to calibrate on")
-    x, labels = run_split(cfg, "val", data_root)
+        raise ConfigError("this run holds no validation split (data.val_size=0) to certify on")
+    x, labels = run_split(cfg.data, "val", data_root)
     return x.to(trained.device), labels.to(trained.device)
 
 
@@ -75,7 +76,7 @@ def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta:
                                    set_score, seed)}
     (Path(run_dir) / DENSITIES).unlink(missing_ok=True)  # a density gate certified before goes with its rule
     if twin_signal == DENSITY and TWIN in certified:
-        x_train, y_train = run_split(trained.config, "train", data_root, DENSITY_INPUTS)
+        x_train, y_train = run_split(trained.config.data, "train", data_root, DENSITY_INPUTS)
         entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
                                               max_refusal, quantile)
         certified[TWIN] = {"sets": certified[TWIN]["sets"], **entry}  # its sets stay; the rule is the gated one
@@ -165,7 +166,7 @@ def certify_run(run_dir: str | Path, device: str = "auto", **settings) -> dict:
     """``certify_and_store`` on the run stored in ``run_dir``; settings left out or None come from
     the run's config (``abstention.risk``, ...), the twin's signal from ``twin_signal``."""
     if is_shipped(run_dir):
-        raise ConfigError(f"{run_dir} is a shipped posterior, certified as it shipped; calibrate a run directory "
+        raise ConfigError(f"{run_dir} is a shipped posterior, certified as it shipped; certify a run directory "
                           f"(./{run_dir} for a folder of that name)")
     trained = load(run_dir, pick_device(device))
     given = {k: v for k, v in settings.items() if v is not None}

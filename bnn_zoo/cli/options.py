@@ -16,8 +16,8 @@ import sys
 import textwrap
 from typing import Callable
 
-from ..runs.checks import MAX_SAMPLES
 from ..core.errors import UserError
+from ..runs.checks import MAX_SAMPLES
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,7 +39,7 @@ def config_keys() -> str:
     """Every key a run's config has, by section, from the config's own fields (for --help)."""
     from omegaconf import OmegaConf
 
-    from ..runs.config import Config
+    from ..runs.schema import Config
 
     defaults = OmegaConf.to_container(OmegaConf.structured(Config))
     top = [k for k, v in defaults.items() if not isinstance(v, dict)]

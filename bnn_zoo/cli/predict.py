@@ -17,19 +17,19 @@ from typing import Callable
 import pyro
 import torch
 
-from . import options as cli
 from ..abstain.rule import DENSITY, SIGNALS, uncertainty
-from ..posterior import KINDS
-from ..runs.loading import load, shadowed
-from ..runs.checks import pick_device
-from ..data.sets import profile_of, normalize
-from ..data.inputs import class_names, image_input
 from ..core.errors import ConfigError, DataError
-from ..data.images import load_image
-from ..runs.trained import gate_density, posteriors
 from ..core.likelihoods import Categorical
+from ..data.images import load_image
+from ..data.inputs import class_names, image_input
 from ..data.own import ROWS, read_rows
+from ..data.sets import normalize, profile_of
 from ..evaluation.set_answers import answering_sets, no_rule_line, set_decision
+from ..posterior import KINDS
+from ..runs.checks import pick_device
+from ..runs.loading import load, shadowed
+from ..runs.trained import gate_density, posteriors
+from . import options as cli
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +76,7 @@ def _answer(args) -> int:
                 answers[-1]["resized_from"] = resized_from
         except (ValueError, DataError) as err:
             answers.append({"file": path, "error": str(err)})
-    good, names = [a for a in answers if "error" not in a], class_names(trained.config)
+    good, names = [a for a in answers if "error" not in a], class_names(trained.config.data)
     x = torch.cat(inputs).to(trained.device) if good else None
     pyro.set_rng_seed(args.seed)
     if regression:
@@ -170,9 +170,9 @@ def _inputs(cfg, path: str, args) -> tuple[torch.Tensor, list[int] | None]:
     digits were drawn, a folder run at its size and channels), or the rows of a CSV or tensor file;
     and the image's own size [height, width] where a folder run resized it (else None)."""
     if cfg.data.name in ROWS:
-        return profile_of(cfg).normalize(read_rows(cfg, Path(path))), None
-    if profile_of(cfg) is not None:
-        return image_input(cfg, Path(path))
+        return profile_of(cfg.data).normalize(read_rows(cfg.data, Path(path))), None
+    if profile_of(cfg.data) is not None:
+        return image_input(cfg.data, Path(path))
     return normalize(load_image(path, args.invert, args.centre)[None]), None
 
 

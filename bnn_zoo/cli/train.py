@@ -29,29 +29,32 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from . import options as cli
+from ..core.captured_step import DESCRIBED
+from ..core.network_names import imports_beside_you
+from ..core.nuts import nuts_posterior
+from ..core.predictive import predict
+from ..data.inputs import class_names
+from ..data.own import OWN_DATA
+from ..data.sets import TOY_FUNCTIONS, Splits, load_splits
 from ..evaluation import plots
 from ..evaluation.baseline import mark_no_better
-from .certify import certify_run, summary
-from ..core.captured_step import DESCRIBED
-from ..runs.checkpoint import config_dict, replace_config, save_atomic
-from ..runs.config import make_config, resolved
-from ..runs.checks import check_network_fits, pick_device, recipe
-from ..data.sets import TOY_FUNCTIONS, Splits, load_splits, with_profile
-from ..runs.ranks import Ranks
-from ..runs.factory import build_from_config
-from ..data.inputs import class_names
-from ..runs.trained import posteriors
+from ..evaluation.toy_plot import plot_toy
+from ..posterior import KINDS, held_part
+from ..runs.checkpoint import FITTED, config_dict, replace_config, save_atomic
+from ..runs.checks import check_network_fits, pick_device
+from ..runs.config import make_config, resolved, with_profile
+from ..runs.cost import Cost
+from ..runs.factory import build_networks
 from ..runs.loop import format_figures, prefixed, train_phase
-from ..core.nuts import nuts_posterior
-from ..core.network_names import imports_beside_you
-from ..data.own import OWN_DATA
 from ..runs.phases import BayesPhase, TwinPhase
+from ..runs.plan import Plan
+from ..runs.ranks import Ranks
 from ..runs.resume import config_for_run, read_for_resume
 from ..runs.run_dir import Run
-from ..core.predictive import predict
-from ..evaluation.toy_plot import plot_toy
+from ..runs.trained import posteriors
 from ..runs.trust_list import trust_given
+from . import options as cli
+from .certify import certify_run, summary
 
 
 def log(message: str) -> None:
@@ -64,107 +67,110 @@ def log(message: str) -> None:
 def train(cfg: DictConfig) -> dict:
     """Train the run ``cfg`` describes and write its directory; returns metrics.json's content.
 
-    A new run stops where another run lives (unless ``overwrite=true``); ``resume=DIR`` checks the
-    overrides against the stored run, and every ensemble member's config, before anything trains."""
+    The config becomes a plan (``bnn_zoo.runs.plan.Plan``) here, once, and again once your own data's
+    profile is known; below, every part takes its own typed section. A new run stops where another
+    run lives (unless ``overwrite=true``); ``resume=DIR`` checks the overrides against the stored run,
+    and every ensemble member's config, before anything trains."""
     inferred = None if cfg.data.name else cfg.data.path  # resolved() tells data.name by data.path's kind
     cfg = resolved(cfg)
-    if cfg.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
-        check_network_fits(cfg)
-    world = Ranks.from_env(cfg.seed)
-    world.check(cfg.train.members, cfg.infer)
-    device = world.device(pick_device(cfg.device))
-    run = Run(cfg.run_dir)
-    with world.joined(device), ExitStack() as held:
-        world.on_main(lambda: held.enter_context(run.claim(cfg.overwrite, resuming=bool(cfg.resume))))
-        stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
-        pyro.set_rng_seed(cfg.seed)  # python, numpy and torch
-        splits = world.first(lambda: load_splits(cfg, device))  # before the old run goes: its data may be missing
+    plan = Plan.of(cfg)
+    if plan.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
+        check_network_fits(plan)
+    ranks = Ranks.from_env(plan.seed)
+    ranks.check(plan.train.members, plan.infer)
+    device = ranks.device(pick_device(plan.device))
+    run = Run(plan.run_dir)
+    with ranks.joined(device), ExitStack() as held:
+        ranks.on_main(lambda: held.enter_context(run.claim(plan.overwrite, resuming=bool(plan.resume))))
+        stored = read_for_resume(cfg, run.checkpoint, device) if plan.resume else None
+        pyro.set_rng_seed(plan.seed)  # python, numpy and torch
+        splits = ranks.first(lambda: load_splits(plan.data, plan.categorical, plan.seed, device))  # before the old run goes
         # your own data's shape, classes and statistics, for the checkpoint, checked before the run directory is touched
-        cfg = make_config(with_profile(cfg, splits))
-        if cfg.data.name in OWN_DATA:
-            check_network_fits(cfg)
-        if not world.main:  # rank 0 writes the run directory, and alone goes on after training
-            return train_network(cfg, run, splits, device, stored, world)
-        _begin(run, cfg, stored)
-        trust_given(cfg.arch, OmegaConf.to_container(cfg.model.kwargs), log)  # built, and started: its runs rebuild it
+        plan = Plan.of(make_config(with_profile(cfg, splits)))
+        if plan.data.name in OWN_DATA:
+            check_network_fits(plan)
+        if not ranks.main:  # rank 0 writes the run directory, and alone goes on after training
+            return train_network(plan, run, splits, device, stored, ranks)
+        _begin(run, plan, stored)
+        trust_given(plan.arch, dict(plan.networks.model.kwargs), log)  # built, and started: its runs rebuild it
         # after the old run's files went (overwrite=true), before any member trains
-        members = [member_config(cfg, run.member(i)) for i in range(1, cfg.train.members)]
+        members = [member_plan(plan, run.member(i)) for i in range(1, plan.train.members)]
         if inferred:
-            log(f"data.name={cfg.data.name}, inferred from data.path={inferred} (data.name=folder, tensors or csv "
+            log(f"data.name={plan.data.name}, inferred from data.path={inferred} (data.name=folder, tensors or csv "
                 "says otherwise)")
-        log(f"{cfg.arch} on {cfg.data.name} ({len(splits.train)} training examples), device {device}, "
-            f"guide {cfg.model.guide}, run directory {run.dir}{world}")
-        metrics = {"config": config_dict(cfg), **train_network(cfg, run, splits, device, stored, world)}
+        log(f"{plan.arch} on {plan.data.name} ({len(splits.train)} training examples), device {device}, "
+            f"guide {plan.networks.model.guide}, run directory {run.dir}{ranks}")
+        metrics = {"config": config_dict(plan.config), **train_network(plan, run, splits, device, stored, ranks)}
         if members:
             metrics["members"] = [train_member(member, i, splits, device) for i, member in enumerate(members, 1)]
-        if cfg.infer == "nuts":
-            metrics["hmc"] = run_hmc(cfg, splits, run)
-        if members:
-            metrics["ensemble"] = test_ensemble(cfg, splits, run, device)
-        classes = class_names(cfg) if recipe(cfg).likelihood == "categorical" else None
+        if plan.infer == "nuts":
+            metrics["hmc"] = run_hmc(plan, splits, run)
+        if plan.train.posteriors:
+            metrics["fitted"] = fit_posteriors(plan.train.posteriors, run, splits, device)
+        if members or plan.train.posteriors:
+            metrics["ensemble"] = test_posteriors(plan.train.test_samples, splits, run, device)
+        classes = class_names(plan.data) if plan.categorical else None
         for warning in mark_no_better(metrics, splits, classes):  # a fit no better than ignoring the inputs says so
             log(warning)
         stale = run.calibration.is_file()  # it certified the weights this run has just changed
-        if (cfg.abstention.certify or stale) and splits.val is not None and recipe(cfg).likelihood == "categorical":
-            metrics["calibration"] = certify_run(run.dir, str(device), seed=cfg.seed, data_root=cfg.data.root)
+        if (plan.abstention.certify or stale) and splits.val is not None and plan.categorical:
+            metrics["calibration"] = certify_run(run.dir, str(device), seed=plan.seed, data_root=plan.data.root)
             log(summary(metrics["calibration"], run.dir))
-        if cfg.data.name in TOY_FUNCTIONS:
-            metrics["epistemic_sd_within_data"] = spread = plot_toy(cfg, splits, run.dir, device)
+        if plan.data.name in TOY_FUNCTIONS:
+            metrics["epistemic_sd_within_data"] = spread = plot_toy(plan, splits, run.dir, device)
             log(f"largest epistemic sd inside the training x range: {format_figures(spread)}")
         _finish(run, metrics)
         return metrics
 
 
-def train_network(cfg: DictConfig, run: Run, splits: Splits, device, stored: dict | None,
-                  world: Ranks = Ranks()) -> dict:
+def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | None, ranks: Ranks = Ranks()) -> dict:
     """The phases of one network: the Bayesian network, then its twin (``train.twin``), on every
-    rank of ``world``; only rank 0 logs."""
-    say = world.said(log)
+    rank of ``ranks``; only rank 0 logs."""
+    say, t, config = ranks.said(log), plan.train, config_dict(plan.config)
     run_id = stored["run"] if stored else uuid.uuid4().hex
-    bayes = BayesPhase(cfg, len(splits.train), device, run.checkpoint, say)
+    bayes = BayesPhase(plan.networks, t, len(splits.train), device, run.checkpoint, say)
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
-        f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={cfg.train.capture})")
-    results = {"bayes": {**train_phase(bayes, cfg, splits, run_id, say, stored, world), "kl_estimator": kl}}
-    if cfg.train.twin:
-        twin = TwinPhase(cfg, len(splits.train), device, run.twin_checkpoint)
-        results["twin"] = train_phase(twin, cfg, splits, run_id, say, stored and stored["twin"], world)
+        f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={t.capture})")
+    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks), "kl_estimator": kl}}
+    if t.twin:
+        twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint)
+        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks)
     return results
 
 
-
-def member_config(cfg: DictConfig, member: Run) -> DictConfig:
-    """The config of an ensemble member: the ensemble's, in its own run directory, continued where
+def member_plan(plan: Plan, member: Run) -> Plan:
+    """The plan of an ensemble member: the ensemble's, in its own run directory, continued where
     it has a checkpoint (a resumed or extended ensemble trains only what is missing) and started
     afresh where it has none (a member interrupted before its first checkpoint)."""
     started = member.checkpoint.is_file()
-    return make_config(config_dict(cfg), {
+    return Plan.of(make_config(config_dict(plan.config), {
         "run_dir": str(member.dir), "resume": str(member.dir) if started else None, "overwrite": not started,
-        "train": {"members": 1}, "abstention": {"certify": False}})
+        "train": {"members": 1, "posteriors": []}, "abstention": {"certify": False}}))
 
 
-def train_member(cfg: DictConfig, index: int, splits: Splits, device) -> dict:
-    """Ensemble member ``index`` (its ``member_config``): the same phases as member 0, seeded
+def train_member(plan: Plan, index: int, splits: Splits, device) -> dict:
+    """Ensemble member ``index`` (its ``member_plan``): the same phases as member 0, seeded
     seed + index, on the same data; its test figures."""
-    run = Run(cfg.run_dir)
-    log(f"ensemble member {index} (seed {cfg.seed + index}) in {run.dir}")
-    with run.claim(cfg.overwrite, resuming=bool(cfg.resume)):
-        stored = read_for_resume(cfg, run.checkpoint, device) if cfg.resume else None
-        pyro.set_rng_seed(cfg.seed + index)
-        _begin(run, cfg, stored)
-        results = train_network(cfg, run, splits, device, stored)
-        _finish(run, {"config": config_dict(cfg), **results})
+    run = Run(plan.run_dir)
+    log(f"ensemble member {index} (seed {plan.seed + index}) in {run.dir}")
+    with run.claim(plan.overwrite, resuming=bool(plan.resume)):
+        stored = read_for_resume(plan.config, run.checkpoint, device) if plan.resume else None
+        pyro.set_rng_seed(plan.seed + index)
+        _begin(run, plan, stored)
+        results = train_network(plan, run, splits, device, stored)
+        _finish(run, {"config": config_dict(plan.config), **results})
     return {part: {k: v for k, v in figures.items() if k != "history"} for part, figures in results.items()}
 
 
-def _begin(run: Run, cfg: DictConfig, stored: dict | None) -> None:
+def _begin(run: Run, plan: Plan, stored: dict | None) -> None:
     """Inside the run's claim, once it can start: mark the folder, write the config, and store a
     resumed run's new plan in its checkpoints (what loading them rebuilds from then on)."""
-    run.start(OmegaConf.to_yaml(cfg), fresh=not cfg.resume)
+    run.start(OmegaConf.to_yaml(plan.config), fresh=not plan.resume)
     for path in (run.checkpoint, run.twin_checkpoint) if stored else ():
         if path.is_file():
-            replace_config(path, cfg)
+            replace_config(path, plan.config)
 
 
 def _finish(run: Run, metrics: dict) -> None:
@@ -172,26 +178,47 @@ def _finish(run: Run, metrics: dict) -> None:
     plots.training_curve(metrics, run.dir / "training.png")
 
 
-def run_hmc(cfg: DictConfig, splits: Splits, run: Run) -> dict:
-    """NUTS over the training set with a fresh model of the run's config; samples to hmc.pt."""
-    m = cfg.mcmc
-    model, _ = build_from_config(cfg, len(splits.train), splits.train.x.device)
+def run_hmc(plan: Plan, splits: Splits, run: Run) -> dict:
+    """NUTS over the training set with a fresh model of the run's plan; samples to hmc.pt."""
+    m = plan.mcmc
+    model, _ = build_networks(plan.networks, len(splits.train), splits.train.x.device)
     log(f"NUTS: {m.warmup_steps} warm-up steps, {m.num_samples} samples, tree depth <= {m.max_tree_depth}")
     samples, diagnostics = nuts_posterior(model, splits.train.x, splits.train.y, m.num_samples,
-                                          m.warmup_steps, m.max_tree_depth, m.target_accept, cfg.train.progress)
+                                          m.warmup_steps, m.max_tree_depth, m.target_accept, plan.train.progress)
     test = model.likelihood.metrics(predict(model, samples, splits.test.x, None), splits.test.y)
-    save_atomic({"config": config_dict(cfg), "samples": samples, "diagnostics": diagnostics}, run.hmc_samples)
+    save_atomic({"config": config_dict(plan.config), "samples": samples, "diagnostics": diagnostics}, run.hmc_samples)
     log(f"hmc test ({m.num_samples} samples): {format_figures(test)}; {format_figures(diagnostics)}")
     return {**diagnostics, **prefixed("test", test)}
 
 
+def fit_posteriors(names: list[str], run: Run, splits: Splits, device) -> dict:
+    """The kinds of posterior fitted after training (``train.posteriors``), around each member's
+    twin, on the training split (a held-out kind's setting on validation's first fifth, which its
+    certificate leaves out); their states to RUN_DIR/fitted.pt (and each member's); their cost."""
+    trained = run.load(device)
+    held = held_part(len(splits.val)) if splits.val is not None else slice(0, 0)
+    x_held, y_held = (splits.val.x[held], splits.val.y[held]) if splits.val is not None else (None, None)
+    folders = [run.dir, *(run.member(i).dir for i in range(1, 1 + len(trained.members)))]
+    costs = {}
+    for member, folder in zip((trained, *trained.members), folders):
+        states = {}
+        for name in names:
+            with Cost(device) as cost:
+                states[name] = KINDS[name].fit(member.twin, splits.train.x, splits.train.y, x_held, y_held).state()
+            costs.setdefault(name, []).append({"seconds": cost.seconds, "peak_mb": cost.peak_mb})
+            log(f"{name}: fitted around {folder}'s twin in {cost.seconds:.1f} s")
+        save_atomic({"run": member.run, "posteriors": states}, folder / FITTED)
+    return costs
+
+
 @torch.no_grad()
-def test_ensemble(cfg: DictConfig, splits: Splits, run: Run, device) -> dict:
-    """The test figures of the ensemble's mixtures (guides, and twins: the deep ensemble)."""
+def test_posteriors(samples: int, splits: Splits, run: Run, device) -> dict:
+    """The test figures of every posterior the run holds: an ensemble's mixtures (guides, and twins:
+    the deep ensemble), the posteriors fitted after training."""
     results = {}
     trained = run.load(device)
     for part, posterior in posteriors(trained).items():
-        probs = posterior.predict(splits.test.x, cfg.train.test_samples)
+        probs = posterior.predict(splits.test.x, samples)
         test = prefixed("test", trained.model.likelihood.metrics(probs, splits.test.y))
         results[part] = {"label": posterior.label, **test}
         log(f"{posterior.label} test: {format_figures(test)}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import sys
 
-from . import options as cli
 from ..core.errors import ConfigError
 from ..runs.trust_list import trust, trust_file, trusted
+from . import options as cli
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,10 @@ line turns it into one line on stderr and exit code 2 (``bnn_zoo.cli.options.run
 
 Usage: ``raise ConfigError("bad config key 'train.lr': must be positive, got -1")``
 """
+from __future__ import annotations
+
+import re
+from typing import Any
 
 
 class UserError(Exception):
@@ -28,3 +32,14 @@ class TrainingError(UserError, RuntimeError):
 class StorageError(UserError, RuntimeError):
     """A file or folder that cannot be written or read as asked (read-only, full, a planted link,
     damaged); the message names it, and what was there before is intact."""
+
+
+def show(value: Any) -> str:
+    """A user's value as a message quotes it, cut to 60 characters."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def short_quotes(text: str) -> str:
+    """``text`` with each value it quotes ('...') shortened as _show does."""
+    return re.sub(r"'([^']*)'", lambda quoted: show(quoted.group(1)), text)

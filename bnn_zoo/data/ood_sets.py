@@ -21,11 +21,11 @@ from typing import Optional
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from .sets import DATA_ENV, data_root, find_idx, load_torchvision, read_idx
 from ..core.errors import DataError
-from .images import centred
 from .folders import class_files
+from .images import centred
 from .own import read_images
+from .sets import DATA_ENV, data_root, find_idx, load_torchvision, read_idx
 
 FAR = ("notmnist", "fashion_mnist", "mnist", "noise")
 NEAR = ("letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank")

@@ -20,12 +20,12 @@ from typing import BinaryIO, Optional
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from ..core.errors import DataError
+from .config import DataConfig
+from .csv_tables import PICKLE, TEXT, ZIP, file_kind, is_number, read_csv, table_columns
 from .folders import class_files
 from .images import decode
-from .csv_tables import PICKLE, TEXT, ZIP, file_kind, is_number, read_csv, table_columns
 
 OWN_DATA = ("folder", "tensors", "csv")
 ROWS = ("tensors", "csv")  # the kinds whose inputs predict reads from a file of rows
@@ -49,23 +49,23 @@ class Examples:
     target: Optional[str] = None  # a table's target column
 
 
-def read_own(cfg: DictConfig, categorical: bool) -> tuple[Examples, Examples]:
-    """The (training, test) examples ``cfg.data`` names, unnormalized; the test examples in a
+def read_own(data: DataConfig, categorical: bool) -> tuple[Examples, Examples]:
+    """The (training, test) examples the data section names, unnormalized; the test examples in a
     fixed random order (a --test-size takes a sample of every class, not the first class)."""
-    d = cfg.data
+    d = data
     path = Path(d.path).expanduser()
     if d.name == "folder" and not d.test_path and (path / "train").is_dir():
         if not (path / "test").is_dir():
             raise DataError(f"{path} holds train/ but no test/: add test/ with the same class folders, or give "
                             f"data.path={path / 'train'} (a fifth of it is then held out for testing)")
-        train = _read(cfg, path / "train", categorical)
-        return train, _shuffled(_read(cfg, path / "test", categorical, train))
+        train = _read(data, path / "train", categorical)
+        return train, _shuffled(_read(data, path / "test", categorical, train))
     stored = _tensor_file(path) if d.name == "tensors" else None  # read once, for both its parts
-    train = _read(cfg, path, categorical, stored=stored)
+    train = _read(data, path, categorical, stored=stored)
     if d.test_path:
-        return train, _shuffled(_read(cfg, Path(d.test_path).expanduser(), categorical, train))
+        return train, _shuffled(_read(data, Path(d.test_path).expanduser(), categorical, train))
     if stored is not None and all(key in stored for key in ("x_test", "y_test")):  # its own test set
-        return train, _shuffled(_read(cfg, path, categorical, train, "_test", stored))
+        return train, _shuffled(_read(data, path, categorical, train, "_test", stored))
     order = torch.randperm(len(train.y), generator=torch.Generator().manual_seed(SPLIT_SEED))
     held = max(1, int(TEST_SHARE * len(order)))
     if len(order) - held < 2:
@@ -79,27 +79,27 @@ def _shuffled(examples: Examples) -> Examples:
     return replace(examples, x=examples.x[order], y=examples.y[order])
 
 
-def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Examples] = None,
+def _read(data: DataConfig, path: Path, categorical: bool, train: Optional[Examples] = None,
           suffix: str = "", stored: Optional[dict] = None) -> Examples:
     """One part's examples; a test part's labels index the ``train`` part's classes, and a test
     table's columns are read by the training table's names. ``stored``: a tensor file already read."""
     classes = train.classes if train is not None else None
-    if cfg.data.name == "tensors":
+    if data.name == "tensors":
         found = read_tensors(path, stored if stored is not None else _tensor_file(path), categorical, suffix)
         if classes is not None and found.classes is not None:
             if len(found.classes) > len(classes):
                 raise DataError(f"{path}: y{suffix} holds label {len(found.classes) - 1}; its training labels are 0..{len(classes) - 1}")
             found.classes = classes
-    elif cfg.data.name == "folder":
-        found = read_folder(cfg, path)
+    elif data.name == "folder":
+        found = read_folder(data, path)
     else:
-        target = cfg.data.target if train is None else train.target  # a test table's is the training table's
+        target = data.target if train is None else train.target  # a test table's is the training table's
         table = read_csv(path, target, categorical, classes, train.features if train is not None else None)
         found = Examples(table.x, table.y, table.classes, table.features, table.target)
     if classes is not None and found.classes != classes:
         raise DataError(f"{path} holds the classes {found.classes}, its training data {classes}: give both the same classes")
     if categorical and classes is None:
-        _check_classes(cfg, path, found)
+        _check_classes(data, path, found)
     part = " of the test part" if suffix else ""  # a tensor file's x_test and y_test
     if not bool(torch.isfinite(found.x).all()):
         row = int((~torch.isfinite(found.x)).flatten(1).any(1).nonzero()[0])
@@ -110,7 +110,7 @@ def _read(cfg: DictConfig, path: Path, categorical: bool, train: Optional[Exampl
     return found
 
 
-def _check_classes(cfg: DictConfig, path: Path, found: Examples) -> None:
+def _check_classes(data: DataConfig, path: Path, found: Examples) -> None:
     """A classifier's training classes: two or more; of rows, at most MAX_CLASSES and not a
     regression's target (many distinct values, or fractional ones)."""
     if len(found.classes) < 2:
@@ -118,9 +118,9 @@ def _check_classes(cfg: DictConfig, path: Path, found: Examples) -> None:
     distinct, rows = len(torch.unique(found.y)), len(found.y)
     fractional = all(map(is_number, found.classes)) and any(not float(c).is_integer() for c in found.classes)
     many, spread = distinct > MANY_CLASSES, distinct > DISTINCT_SHARE * rows
-    if cfg.data.name in ROWS and (distinct > MAX_CLASSES or many and spread or fractional and (many or spread)):
+    if data.name in ROWS and (distinct > MAX_CLASSES or many and spread or fractional and (many or spread)):
         what, other = (f"column {found.target!r}", ", or is another column the target (data.target=NAME)") \
-            if cfg.data.name == "csv" else ("y", "")
+            if data.name == "csv" else ("y", "")
         values = "numbers, not all whole," if fractional else "values"
         why = f"more than the {MAX_CLASSES} classes a classifier may have" if distinct > MAX_CLASSES else \
             "too many for a classifier's classes"
@@ -128,11 +128,11 @@ def _check_classes(cfg: DictConfig, path: Path, found: Examples) -> None:
                         f"meant (python -m bnn_zoo.train table_regression data.path=PATH){other}?")
 
 
-def read_folder(cfg: DictConfig, path: Path) -> Examples:
+def read_folder(data: DataConfig, path: Path) -> Examples:
     """The images of a class-per-subfolder folder (ImageFolder's layout), as [N, C, H, W] in 0..1."""
     classes, files = class_files(path)
-    size = cfg.data.image_size and (cfg.data.image_size, cfg.data.image_size)
-    images = read_images([f for f, _ in files], size, cfg.data.channels, path)
+    size = data.image_size and (data.image_size, data.image_size)
+    images = read_images([f for f, _ in files], size, data.channels, path)
     return Examples(images, torch.tensor([label for _, label in files]), classes)
 
 
@@ -252,15 +252,15 @@ def _inputs(x: torch.Tensor, images: bool) -> torch.Tensor:
     return x.float() / 255.0
 
 
-def read_rows(cfg: DictConfig, path: Path) -> torch.Tensor:
+def read_rows(data: DataConfig, path: Path) -> torch.Tensor:
     """The inputs [N, ...] of a file of a tensors or csv run's kind, unnormalized: a .pt or .npz's
     ``x``, or a CSV's feature columns (by name, in the run's order; the target column may be there)."""
-    if cfg.data.name == "tensors":
+    if data.name == "tensors":
         x = _tensor_file(path).get("x")
         if not isinstance(x, torch.Tensor):
             raise DataError(f"{path} lacks the tensor x of inputs")
-        return _inputs(x, images=len(cfg.data.input_shape) == 3)  # as the run read its training inputs
-    return table_columns(path, list(cfg.data.features))
+        return _inputs(x, images=len(data.input_shape) == 3)  # as the run read its training inputs
+    return table_columns(path, list(data.features))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Data sets as whole tensors: MNIST/FashionMNIST (torchvision), toy curves,
 and your own folder, tensor file or table (``bnn_zoo.data.own``).
 
-Usage: ``splits = load_splits(cfg, device)  # splits.train.x, .val, .test, all normalized``
+Usage: ``splits = load_splits(plan.data, plan.categorical, plan.seed, device)  # .train.x, .val, .test, normalized``
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..core.architectures import likelihood_of
 from ..core.errors import DataError
-from .own import OWN_DATA, DataProfile, least_squares_sd, read_own
+from .config import DataConfig
+from .own import OWN_DATA, DataProfile, read_own
 
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
@@ -189,29 +189,29 @@ def validation_split(n: int, val_size: int) -> tuple[torch.Tensor, torch.Tensor]
     return order[val_size:], order[:val_size]
 
 
-def run_split(cfg, part: str, root: str | None = None, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def run_split(data: DataConfig, part: str, root: str | None = None, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A classifier run's ``train`` split (as it trained: at most ``data.train_limit``), ``val`` split
-    or ``test`` set, the first ``limit`` of it, as normalized inputs and labels; ``root`` defaults to
-    the config's."""
-    if cfg.data.name in OWN_DATA:
-        splits = load_splits(cfg)
+    or ``test`` set, the first ``limit`` of it, as normalized inputs and labels; ``data``: the run's
+    data section; ``root`` defaults to its."""
+    if data.name in OWN_DATA:
+        splits = load_splits(data, categorical=True)
         chosen = {"train": splits.train, "val": splits.val, "test": splits.test}[part]
         return chosen.x[:limit], chosen.y[:limit]
-    images, labels = load_torchvision(cfg.data.name, root or cfg.data.root, train=part != "test", download=cfg.data.download)
+    images, labels = load_torchvision(data.name, root or data.root, train=part != "test", download=data.download)
     if part == "test":
         return normalize(images[:limit]), labels[:limit]
-    train_idx, val_idx = validation_split(len(images), cfg.data.val_size)
-    idx = {"train": train_idx[:cfg.data.train_limit], "val": val_idx}[part][:limit]
+    train_idx, val_idx = validation_split(len(images), data.val_size)
+    idx = {"train": train_idx[:data.train_limit], "val": val_idx}[part][:limit]
     return normalize(images[idx]), labels[idx]
 
 
-def load_splits(cfg: DictConfig, device="cpu") -> Splits:
+def load_splits(data: DataConfig, categorical: bool, seed: int = 0, device="cpu") -> Splits:
     """Train / validation / test tensors for a resolved config, on ``device``."""
-    d = cfg.data
+    d = data
     if d.name in TOY_FUNCTIONS:
-        return Splits(toy_data(d.name, cfg.seed).to(device), None, toy_test(d.name).to(device))
+        return Splits(toy_data(d.name, seed).to(device), None, toy_test(d.name).to(device))
     if d.name in OWN_DATA:
-        return _own_splits(cfg).to(device)
+        return _own_splits(d, categorical).to(device)
     x, y = load_torchvision(d.name, d.root, train=True, download=d.download)
     xt, yt = load_torchvision(d.name, d.root, train=False, download=d.download)
     if d.val_size >= len(x):
@@ -226,17 +226,17 @@ def load_splits(cfg: DictConfig, device="cpu") -> Splits:
                   TensorSet(normalize(xt), yt).to(device))
 
 
-def _own_splits(cfg: DictConfig) -> Splits:
+def _own_splits(data: DataConfig, categorical: bool) -> Splits:
     """Your own data's splits, normalized with the statistics of its training split (the config's,
     where the run already holds them: they must describe the same classes and shapes)."""
-    d = cfg.data
-    train, test = read_own(cfg, likelihood_of(cfg.arch, cfg.model.likelihood) == "categorical")
+    d = data
+    train, test = read_own(d, categorical)
     val_size = d.val_size if d.val_size is not None else len(train.y) // 5
     if val_size >= len(train.y):
         raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")
     train_idx, val_idx = validation_split(len(train.y), val_size)
     train_idx = train_idx[:d.train_limit] if d.train_limit else train_idx
-    found, stored = DataProfile.of(train.x[train_idx], train.y[train_idx], train, test), profile_of(cfg)
+    found, stored = DataProfile.of(train.x[train_idx], train.y[train_idx], train, test), profile_of(d)
     if stored is not None:  # the run's own statistics, for the data it trained on
         if (stored.input_shape, stored.classes, stored.features) != (found.input_shape, found.classes, found.features):
             raise DataError(f"{d.path} now holds inputs {found.input_shape} of classes {found.classes}, where the run "
@@ -251,32 +251,10 @@ def _own_splits(cfg: DictConfig) -> Splits:
     return Splits(part(train, train_idx), part(train, val_idx) if val_size else None, part(test, test_idx), found)
 
 
-def with_profile(cfg: DictConfig, splits: Splits) -> DictConfig:
-    """``cfg`` holding what its own data's training split showed (input shape, classes,
-    normalization, validation size; a regression's noise sd to start from where
-    model.noise_scale=null), so its checkpoint answers without the data; its data.ood folders made
-    absolute, so they are found from anywhere."""
-    cfg = cfg.copy()
-    for name, folder in cfg.data.ood.items():
-        cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
-    if splits.profile is None:
-        return cfg
-    for name, value in asdict(splits.profile).items():  # each of DataProfile's fields is the data key of its name
-        cfg.data[name] = value
-    cfg.data.val_size = 0 if splits.val is None else len(splits.val)
-    if cfg.model.noise_scale is None and splits.profile.target_stats is not None:
-        mean, sd = splits.profile.target_stats
-        cfg.model.noise_scale = least_squares_sd(splits.train.x, (splits.train.y - mean) / sd)
-    cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
-    if cfg.data.test_path:
-        cfg.data.test_path = str(Path(cfg.data.test_path).expanduser().resolve())
-    return cfg
-
-
-def profile_of(cfg: DictConfig) -> Optional[DataProfile]:
+def profile_of(data: DataConfig) -> Optional[DataProfile]:
     """What a run on your own data found in its training split (None: MNIST's statistics, or a
     run that has not begun)."""
-    if cfg.data.mean is None:
+    if data.mean is None:
         return None
-    data = OmegaConf.to_container(cfg.data)
+    data = OmegaConf.to_container(data) if isinstance(data, DictConfig) else asdict(data)
     return DataProfile(**{f.name: data[f.name] for f in fields(DataProfile)})

@@ -18,8 +18,9 @@ import math
 
 import torch
 
-from ..data.sets import Splits
 from ..core.likelihoods import Categorical, Gaussian
+from ..data.sets import Splits
+
 
 def baseline(splits: Splits, classes: list[str] | None) -> dict:
     """The baseline's test figures (a regression's ``test/rmse`` and ``test/nll``; with ``classes``, a

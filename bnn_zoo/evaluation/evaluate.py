@@ -16,24 +16,23 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
-from ..abstain.rule import Rule, risk_coverage, uncertainty
-from ..runs.trained import Trained
-from ..runs.loading import load
-from ..runs.checks import pick_device
 from ..abstain.conformal import ConformalSets
-from ..runs.cost import Cost as Measure
-from ..data.sets import run_split
-from ..data.inputs import image_inputs, pixel_inputs
-from ..data.folders import image_files
+from ..abstain.metrics import detection, expected_calibration_error
+from ..abstain.rule import Rule, risk_coverage, uncertainty
 from ..core.errors import ConfigError, DataError
 from ..core.likelihoods import Categorical
-from ..abstain.metrics import detection, expected_calibration_error
-from ..data.ood_sets import ood_images, overlaid_digits
-from .split_fits import fit_references
-from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
-from ..runs.trained import gate_density, posteriors
 from ..core.predictive import seeded
+from ..data.folders import image_files
+from ..data.inputs import image_inputs, pixel_inputs
+from ..data.ood_sets import ood_images, overlaid_digits
+from ..data.sets import run_split
+from ..runs.checks import pick_device
+from ..runs.cost import Cost as Measure
+from ..runs.loading import load
+from ..runs.trained import Trained, gate_density, posteriors
+from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
+from .split_fits import fit_references
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -112,7 +111,7 @@ def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
         raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
                           "metrics.json")
     root = data_root or cfg.data.root
-    x, labels = run_split(cfg, "test", root, test_size)
+    x, labels = run_split(cfg.data, "test", root, test_size)
     return trained, root, x, labels
 
 
@@ -122,7 +121,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
                  device: str = "auto") -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
-    ``bnn_zoo.posterior.ladder``) under its rule (``Trained.rules_for``), with what predicting the test set
+    ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
@@ -201,9 +200,9 @@ def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[
     if folder:
         files = image_files(Path(folder).expanduser())  # a seeded sample of them, not the first subfolder's
         chosen = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed))[:size].sort().values
-        return image_inputs(cfg, [files[i] for i in chosen], folder), None
+        return image_inputs(cfg.data, [files[i] for i in chosen], folder), None
     images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
-    return pixel_inputs(cfg, images), pairs
+    return pixel_inputs(cfg.data, images), pairs
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

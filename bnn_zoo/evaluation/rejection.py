@@ -12,18 +12,17 @@ from pathlib import Path
 import pyro
 import torch
 
-from . import plots
-from ..abstain.rule import Rule, abstain, risk_coverage
-from ..data.inputs import pixel_inputs
-from .evaluate import InDistribution, OODResult, in_distribution, load_for_evaluation, ood_result
-from ..runs.files import write_atomic
-from ..data.ood_sets import ood_images
-from ..posterior import BAYES, HMC, TWIN, TWIN_SCALED
-from ..runs.trained import sampled_probs
-from ..core.predictive import seeded
 from ..abstain.metrics import reliability_bins
+from ..abstain.rule import Rule, abstain, risk_coverage
+from ..core.predictive import seeded
+from ..data.inputs import pixel_inputs
+from ..data.ood_sets import ood_images
+from ..posterior import BAYES, KINDS, TWIN
+from ..runs.files import write_atomic
+from ..runs.trained import sampled_probs
+from . import plots
+from .evaluate import InDistribution, OODResult, in_distribution, load_for_evaluation, ood_result
 
-LABELS = {BAYES: "Bayesian", TWIN: "deterministic", TWIN_SCALED: "deterministic, temperature-scaled", HMC: "HMC"}
 OOD_TITLES = {"notmnist": "notMNIST", "noise": "white noise", "fashion_mnist": "FashionMNIST"}
 
 
@@ -75,7 +74,7 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
     labels = labels.to(device)
     out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    ood_x = pixel_inputs(trained.config, ood_images(ood, root, ood_size, seed)).to(device)
+    ood_x = pixel_inputs(trained.config.data, ood_images(ood, root, ood_size, seed)).to(device)
     with seeded(seed, device):
         in_probs = sampled_probs(trained, x.to(device), num_samples)
         ood_probs = sampled_probs(trained, ood_x, num_samples)
@@ -113,10 +112,10 @@ def _draw(out_dir, ood, images, labels, ood_x, in_probs, ood_probs, rule, grid):
     curves, risks, reliab = {}, {}, {}
     for part in in_probs:
         for name, probs in (("MNIST", in_probs), (OOD_TITLES.get(ood, ood), ood_probs)):
-            curves[f"{name}, {LABELS[part]}"] = (thresholds, refusal_curve(probs[part], quantile, thresholds))
+            curves[f"{name}, {KINDS[part].title}"] = (thresholds, refusal_curve(probs[part], quantile, thresholds))
         _, coverage, risk = risk_coverage(in_probs[part], labels, quantile)
-        risks[LABELS[part]] = (coverage, risk)
-        reliab[LABELS[part]] = reliability_bins(in_probs[part], labels)
+        risks[KINDS[part].title] = (coverage, risk)
+        reliab[KINDS[part].title] = reliability_bins(in_probs[part], labels)
     plots.refusal_curves(curves, out_dir / "refusal_vs_threshold.png", threshold)
     plots.risk_coverage(risks, out_dir / "risk_coverage.png")
     plots.reliability(reliab, out_dir / "reliability.png")
@@ -127,7 +126,7 @@ def table(report: RejectionReport) -> str:
     rows = {"refused on MNIST": lambda r: r.test.refused, "accuracy on accepted MNIST": lambda r: r.test.accuracy_accepted,
             "forced accuracy (MNIST)": lambda r: r.test.accuracy,
             f"refused on {OOD_TITLES.get(report.ood, report.ood)}": lambda r: r.ood.refused}
-    lines = [f"{'':<28}" + "".join(f"{LABELS[p]:>15}" for p in report.posteriors)]
+    lines = [f"{'':<28}" + "".join(f"{KINDS[p].title:>15}" for p in report.posteriors)]
     lines += [f"{label:<28}" + "".join(f"{100 * figure(r):>14.2f}%" for r in report.posteriors.values())
               for label, figure in rows.items()]
     return "\n".join(lines)

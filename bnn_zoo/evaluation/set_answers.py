@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..abstain.rule import Decision
 from ..abstain.conformal import ConformalSets, fewest_inputs
+from ..abstain.rule import Decision
 from ..runs.trained import Trained
 
 SET_ANSWER = "conformal_set"  # what refuses an input whose set holds every class (Decision.signal)

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..abstain.conformal import ConformalSets, calibrate_sets
-from ..posterior import certifying
-from ..data.sets import run_split
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..core.errors import DataError
-from ..posterior import Posterior
+from ..data.sets import run_split
+from ..posterior import Posterior, certifying
 from ..runs.trained import Trained
 
 TARGETS = (0.9, 0.95, 0.99)  # the coverages the scoreboard's set columns promise
@@ -37,7 +36,7 @@ def fit_references(trained: Trained, rungs: dict[str, Posterior], num_samples: i
     validation split has no sets, and missing data leaves both out (with a note on stderr)."""
     refs, cfg = References(), trained.config
     try:
-        x, y = run_split(cfg, "train", root, density_inputs)
+        x, y = run_split(cfg.data, "train", root, density_inputs)
         x = x.to(trained.device)
         for part, posterior in rungs.items():
             try:
@@ -47,7 +46,7 @@ def fit_references(trained: Trained, rungs: dict[str, Posterior], num_samples: i
             except ValueError as err:  # a network by name without a usable last nn.Linear, say
                 print(f"no feature density for {part}: {err}", file=sys.stderr)
         if cfg.data.val_size:
-            x, y = run_split(cfg, "val", root)
+            x, y = run_split(cfg.data, "val", root)
             x, y = x.to(trained.device), y.to(trained.device)
             generator = torch.Generator().manual_seed(seed)
             for part, posterior in rungs.items():

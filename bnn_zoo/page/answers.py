@@ -12,19 +12,18 @@ from dataclasses import dataclass
 import pyro
 import torch
 
-from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
-from ..runs.checks import pick_device
 from ..abstain.conformal import ConformalSets
-from ..data.sets import profile_of
-from ..data.inputs import class_names, pixel_inputs
+from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
 from ..core.errors import UserError
-from ..posterior import Posterior
-from ..runs.trained import gate_density, posteriors
 from ..core.likelihoods import Categorical
 from ..core.predictive import seeded
+from ..data.inputs import class_names, pixel_inputs
+from ..data.sets import profile_of
 from ..evaluation.set_answers import SET_ANSWER, answering_sets, no_rule_line, set_decision
-from ..runs.trained import Trained
+from ..posterior import Posterior
+from ..runs.checks import pick_device
 from ..runs.loading import load, shipped_names
+from ..runs.trained import Trained, gate_density, posteriors
 
 MAX_PAGE_SAMPLES = 1000  # per answer on the page: it answers while a person watches
 
@@ -75,12 +74,12 @@ class Answerer:
                 if not isinstance(trained.model.likelihood, Categorical):
                     raise UserError(f"{name} is a regression run; the page classifies images")
                 trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
-                found = profile_of(trained.config)
+                found = profile_of(trained.config.data)
                 if found is not None and found.input_shape != [1, 28, 28]:
                     raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
                                     "images: answer its inputs with python -m bnn_zoo.predict")
                 held = posteriors(trained)
-                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"), class_names(trained.config))
+                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"), class_names(trained.config.data))
             return self._models[name]
 
     def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
@@ -101,7 +100,7 @@ class Answerer:
                          for part, r in certified.items()}
             except ValueError as err:
                 raise BadRequest(str(err)) from None
-            x = pixel_inputs(model.trained.config, pixels[None]).to(model.trained.device)
+            x = pixel_inputs(model.trained.config.data, pixels[None]).to(model.trained.device)
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None

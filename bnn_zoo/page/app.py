@@ -12,12 +12,11 @@ from pathlib import Path
 
 import torch
 
-from ..data.sets import profile_of
-from ..data.ood_sets import white_noise
 from ..core.errors import UserError
 from ..data.images import load_image
+from ..data.ood_sets import drawing, glyph, matplotlib_font, white_noise
 from ..data.own import pixels_of, resized
-from ..data.ood_sets import drawing, glyph, matplotlib_font
+from ..data.sets import profile_of
 from .answers import Answerer, BadRequest
 
 PAGE = Path(__file__).with_name("page.html")
@@ -102,7 +101,7 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
         body = None if example else await request.body()  # whole and within max_upload: the middleware read it
 
         def work():  # decoding an upload takes a while too: in the thread pool, beside the answer
-            as_mnist = profile_of(answerer.model(name).trained.config) is None  # else read as its own images were
+            as_mnist = profile_of(answerer.model(name).trained.config.data) is None  # else read as its own images were
             pixels, resized_from = (example_pixels(example), None) if example else read_image(body, as_mnist)
             answered = answerer.answer(name, pixels, **knobs)
             return {**answered, "resized_from": resized_from} if resized_from else answered  # said, not silent

@@ -1,6 +1,7 @@
 """A posterior: sampled predictions [S, N, ...] behind one interface (class probabilities, or a
 regression's (mean, noise sd)), memory beyond the result bounded by chunk_size x batch_size
-activations; and the registry of the kinds a run can hold, each one class registered by name.
+activations; the registry of the kinds a run can hold, each one class registered by name; and
+``Mixture``, an equally weighted ensemble of posteriors (K guides, the deep ensemble of K twins).
 
 A kind gives ``name`` (the key of its rule, sets and figures), ``title`` (its column in the
 reports) and ``of_run(trained)``: its posterior of a trained run, None where the run holds none.
@@ -75,8 +76,13 @@ class Posterior(ABC):
     @classmethod
     def of_run(cls, trained) -> "Posterior | None":
         """This kind's posterior of a trained run (``bnn_zoo.runs.trained.Trained``), None where it
-        holds none."""
-        return None
+        holds none. A fitted kind's: from the state it stored around each member's twin, an
+        ensemble's mixed (MultiSWAG, say)."""
+        runs = [trained, *trained.members]
+        states = [run.fitted.get(cls.name) for run in runs]
+        if not cls.fitted or any(state is None for state in states):
+            return None
+        return mixed([cls.from_state(run.twin, state) for run, state in zip(runs, states)])
 
     def predict(self, x: torch.Tensor, num_samples: int = 100, chunk_size: int = 10,
                 batch_size: int = 500) -> torch.Tensor:
@@ -100,6 +106,16 @@ class Posterior(ABC):
         """How many predictions per input ``predict`` returns for ``num_samples``."""
         return num_samples if self.stochastic else 1
 
+    @classmethod
+    def training_seconds(cls, metrics: list[dict]) -> float | None:
+        """Seconds this kind took to obtain (its cost on the scoreboard), from the metrics.json of a
+        run and of each of its ensemble members: for a fitted kind, the twins' training and the fits;
+        None where the metrics do not say."""
+        twin, fits = phase_seconds(metrics, "twin"), metrics[0].get("fitted", {}).get(cls.name) if metrics else None
+        if not cls.fitted or twin is None or fits is None:
+            return None
+        return twin + sum(fit["seconds"] for fit in fits)
+
     def features(self, x: torch.Tensor) -> torch.Tensor | None:
         """[N, D]: the penultimate features of ``x`` under this posterior's point network (the input
         of its last ``nn.Linear``; ``bnn_zoo.abstain.density``), None where it has none."""
@@ -116,6 +132,47 @@ class Posterior(ABC):
     @classmethod
     def from_state(cls, twin, state: dict) -> "Posterior":
         raise TypeError(f"{cls.__name__} is not fitted after training")
+
+
+class Mixture(Posterior):
+    """An equally weighted ensemble: num_samples split as evenly as possible over the members
+    (a point estimate gives its one prediction), their predictions stacked."""
+
+    def __init__(self, members: list[Posterior], label: str):
+        if len(members) < 2:
+            raise ValueError("a mixture needs at least two members")
+        self.members, self.label = members, label
+        self.networks = tuple(network for member in members for network in member.networks)
+
+    def _shares(self, num_samples: int) -> list[int]:
+        k = len(self.members)
+        if num_samples < k and any(m.stochastic for m in self.members):
+            raise ValueError(f"an ensemble of {k} members needs at least {k} samples, got {num_samples}")
+        return [m.rows(num_samples // k + (i < num_samples % k)) for i, m in enumerate(self.members)]
+
+    def rows(self, num_samples: int) -> int:
+        return sum(self._shares(num_samples))
+
+    def chunks(self, x, num_samples, chunk_size):
+        for member, n in zip(self.members, self._shares(num_samples)):
+            yield from member.chunks(x, n, chunk_size)
+
+    @property
+    def parameters_stored(self) -> int:
+        return sum(m.parameters_stored for m in self.members)
+
+
+def mixed(found: list[Posterior], label: str | None = None) -> Posterior:
+    """One posterior, or the ``Mixture`` of several (labelled "ensemble of K <the first's label>")."""
+    return found[0] if len(found) == 1 else Mixture(found, label or f"ensemble of {len(found)} {found[0].label}")
+
+
+def phase_seconds(metrics: list[dict], phase: str) -> float | None:
+    """A trained phase's seconds ("bayes", "twin"), summed over a run's members: its epochs x its
+    median seconds per epoch (robust to epochs that shared the CPU); None where it did not train."""
+    if not metrics or phase not in metrics[0]:
+        return None
+    return sum(m[phase]["seconds_per_epoch"] * len(m[phase]["history"]) for m in metrics if phase in m)
 
 
 def count(*modules: nn.Module) -> int:

@@ -8,7 +8,7 @@ import torch
 
 from ..core.bnn import BayesianNet
 from ..core.predictive import network_chunks
-from .base import Posterior, count, register
+from .base import Posterior, count, phase_seconds, register
 
 
 @register
@@ -25,6 +25,11 @@ class SampledPosterior(Posterior):
     @classmethod
     def of_run(cls, trained) -> Posterior | None:
         return None if trained.samples is None else cls(trained.model, trained.samples)
+
+    @classmethod
+    def training_seconds(cls, metrics):
+        bayes, hmc = phase_seconds(metrics, "bayes"), metrics[0].get(cls.name) if metrics else None
+        return None if hmc is None else (bayes or 0.0) + hmc["seconds"]  # NUTS starts after SVI
 
     def chunks(self, x, num_samples, chunk_size):
         return network_chunks(self.model, self.samples, x, self.rows(num_samples), chunk_size)

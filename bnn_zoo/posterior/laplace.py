@@ -22,8 +22,9 @@ from torch import nn
 
 from ..abstain.density import features, last_linear
 from ..core.likelihoods import Categorical
+from ..core.predictive import evaluating
 from .base import register
-from .sampled_weights import WeightSampler, evaluated
+from .sampled_weights import WeightSampler
 
 PRIOR_PRECISIONS = torch.logspace(-2, 6, 17).tolist()  # the grid the prior precision is chosen on
 
@@ -72,7 +73,7 @@ class LastLayerLaplace(WeightSampler):
         (diag(p) - p p^T) kron (phi phi^T), phi the input's features with a 1 for the bias."""
         _check_categorical(twin)
         layer = last_linear(twin.net)
-        with evaluated(twin):
+        with evaluating(twin):
             phi = features(twin.net, twin.net, x, batch_size)
         phi = torch.cat([phi, torch.ones(len(phi), 1, dtype=phi.dtype, device=phi.device)], 1).double()
         weights = torch.cat([layer.weight, layer.bias[:, None]], 1).double()  # [C, D + 1]
@@ -160,7 +161,7 @@ class KFACLaplace(WeightSampler):
         hooks += [m.register_forward_hook(keep_gradient) for m in layers]
         generator = torch.Generator(device=x.device).manual_seed(seed)
         try:
-            with evaluated(twin), torch.enable_grad():
+            with evaluating(twin), torch.enable_grad():
                 for xb in x.split(batch_size):
                     logits = twin.net(xb)
                     drawn = torch.multinomial(logits.detach().softmax(-1), 1, generator=generator)[:, 0]

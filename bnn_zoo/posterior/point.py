@@ -12,8 +12,7 @@ from torch import nn
 from ..abstain.density import features
 from ..core.predictive import evaluating, sample_chunks
 from ..core.twin import Twin
-from .base import Posterior, count, register
-from .ensemble import Mixture
+from .base import Mixture, Posterior, count, phase_seconds, register
 
 
 @register
@@ -31,6 +30,10 @@ class PointPosterior(Posterior):
             return twins[0] if twins else None
         kind = twins[0].label if twins[0].stochastic else "twins"
         return Mixture(twins, f"deep ensemble of {len(twins)} {kind}")
+
+    @classmethod
+    def training_seconds(cls, metrics):
+        return phase_seconds(metrics, "twin")  # a temperature's fit is in the certificate's seconds
 
     def __init__(self, twin: Twin, label: str = "MAP (the twin)"):
         self.twin, self.label, self.networks = twin, label, (twin,)

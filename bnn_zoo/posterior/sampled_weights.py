@@ -12,11 +12,8 @@ import torch
 from torch.func import functional_call, vmap
 
 from ..abstain.density import features
-from .base import Posterior
-from .ensemble import Mixture
 from ..core.predictive import evaluating, sample_chunks
-
-evaluated = evaluating  # the twin in eval mode while it is read
+from .base import Posterior
 
 
 class WeightSampler(Posterior):
@@ -27,17 +24,6 @@ class WeightSampler(Posterior):
     def __init__(self, twin):
         self.twin = twin
         self.networks = (twin,)
-
-    @classmethod
-    def of_run(cls, trained) -> Posterior | None:
-        """A fitted kind's posterior of a trained run: from the state it stored around its twin, a
-        member's each (an ensemble's mixed: MultiSWAG, say); None where it fitted none."""
-        runs = [trained, *trained.members]
-        states = [run.fitted.get(cls.name) for run in runs]
-        if any(state is None for state in states):
-            return None
-        found = [cls.from_state(run.twin, state) for run, state in zip(runs, states)]
-        return found[0] if len(found) == 1 else Mixture(found, f"ensemble of {len(found)} {found[0].label}")
 
     @staticmethod
     def parameter_name_of(twin, module) -> str:
@@ -68,7 +54,7 @@ class WeightSampler(Posterior):
         return {}
 
     def chunks(self, x, num_samples, chunk_size):
-        with evaluated(self.twin):
+        with evaluating(self.twin):
             for _, n in sample_chunks(num_samples, chunk_size):
                 drawn = self.draw(n)
                 yield n, lambda xb, drawn=drawn: self._predict(drawn, xb)
@@ -83,7 +69,7 @@ class WeightSampler(Posterior):
     def features(self, x):
         """At the posterior's mean: its point network's penultimate features."""
         net, mean = self.twin.net, self.point()
-        with evaluated(self.twin):
+        with evaluating(self.twin):
             if not mean:
                 return features(net, net, x)
             state = {**dict(net.named_parameters()), **dict(net.named_buffers()), **mean}

@@ -13,9 +13,9 @@ import math
 
 import torch
 
+from ..core.predictive import sample_chunks
 from .base import register
 from .sampled_weights import WeightSampler
-from ..core.predictive import sample_chunks
 
 
 @register

@@ -12,8 +12,7 @@ from torch import nn
 from ..abstain.density import features
 from ..core.bnn import BayesianNet
 from ..core.predictive import evaluating, network_chunks, own_parameters
-from .base import Posterior, count, register
-from .ensemble import Mixture
+from .base import Posterior, count, mixed, phase_seconds, register
 
 
 @register
@@ -32,8 +31,11 @@ class VariationalPosterior(Posterior):
 
     @classmethod
     def of_run(cls, trained) -> Posterior:
-        found = [cls(t.model, t.guide) for t in (trained, *trained.members)]
-        return found[0] if len(found) == 1 else Mixture(found, f"ensemble of {len(found)} {found[0].label}")
+        return mixed([cls(t.model, t.guide) for t in (trained, *trained.members)])
+
+    @classmethod
+    def training_seconds(cls, metrics):
+        return phase_seconds(metrics, "bayes")
 
     def chunks(self, x, num_samples, chunk_size):
         return network_chunks(self.model, self.guide, x, self.rows(num_samples), chunk_size)

@@ -1,5 +1,5 @@
 """Checkpoints: plain tensors and dicts (``torch.load(weights_only=True)``) that store their config,
-so a run directory rebuilds the exact model anywhere (``bnn_zoo.runs.trained.load``), and a digest of
+so a run directory rebuilds the exact model anywhere (``bnn_zoo.runs.loading.load``), and a digest of
 their contents, so a damaged file is refused instead of answering with damaged weights.
 
 Usage: ``save_atomic({"config": ..., "model": model.state_dict(), ...}, path); state = read(path)``
@@ -14,10 +14,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from .config import Config, renamed
-from .checks import check_layout
 from ..core.errors import CheckpointError, ConfigError
+from .checks import check_layout
+from .config import renamed
 from .files import write_atomic
+from .schema import Config
 from .trust_list import check_trusted
 
 CHECKPOINT = "checkpoint.pt"

@@ -6,39 +6,30 @@ Usage: ``check(cfg)  # ConfigError("bad config key 'train.lr': must be a positiv
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, fields, is_dataclass, replace
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional, get_args, get_origin, get_type_hints
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..abstain.rule import DENSITY
 from ..abstain.certify import check_settings
-from ..core.captured_step import MODES as CAPTURE_MODES
 from ..abstain.conformal import SCORES as SET_SCORES
-from ..core.errors import ConfigError
+from ..abstain.rule import DENSITY
+from ..core.architectures import ARCHITECTURES, TOY_DATA, make_net
+from ..core.captured_step import MODES as CAPTURE_MODES
+from ..core.errors import ConfigError, short_quotes, show
 from ..core.guides import GUIDES
 from ..core.likelihoods import NOISE_MODES
 from ..core.nets import ImageTooSmall
-from ..data.own import OWN_DATA, ROWS, name_problem
 from ..core.priors import PRIORS
-from ..core.architectures import ARCHITECTURES, TOY_DATA, Recipe, architecture, make_net
+from ..data.own import OWN_DATA, ROWS, name_problem
+from ..posterior import fitted_kinds
+from .plan import Plan, recipe
 
 MAX_SAMPLES = 10000  # posterior samples per input, for any figure
 MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
 DEVICES = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
-
-
-def show(value: Any) -> str:
-    """A user's value as a message quotes it, cut to 60 characters."""
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:60] + "..."
-
-
-def short_quotes(text: str) -> str:
-    """``text`` with each value it quotes ('...') shortened as _show does."""
-    return re.sub(r"'([^']*)'", lambda quoted: show(quoted.group(1)), text)
 
 
 HIDDEN = "give one or more whole positive widths (for example [400, 400]), or null for the architecture's default"
@@ -136,6 +127,13 @@ def check(cfg: DictConfig) -> None:
     if cfg.data.name is not None and cfg.data.name not in suits:
         raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
                           f"{cfg.arch}; choose one of {', '.join(suits)}")
+    fitted = fitted_kinds()
+    unknown = next((name for name in cfg.train.posteriors if name not in fitted), None)
+    if unknown is not None:
+        raise ConfigError(f"bad config key 'train.posteriors': {show(unknown)} is no posterior fitted after training; "
+                          f"choose from {', '.join(fitted)} (or register one: bnn_zoo.posterior.register)")
+    if cfg.train.posteriors and not cfg.train.twin:
+        raise ConfigError("bad config key 'train.posteriors': they are fitted around the twin; train it too (train.twin=true)")
     data = cfg.data.name or spec.datasets[0]  # table_mlp's default is a table of yours
     if data in OWN_DATA and not cfg.data.path:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
@@ -216,24 +214,6 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
 
 
-def recipe(cfg: DictConfig) -> Recipe:
-    """The recipe ``cfg.arch`` names (with ``model.kwargs`` and ``model.likelihood`` for a network by
-    name, imported here; for your own data, its input shape and classes), or a ConfigError that says
-    why there is none."""
-    kwargs = OmegaConf.to_container(cfg.model.kwargs)
-    if cfg.model.likelihood not in (None, "categorical", "gaussian"):
-        raise ConfigError(f"bad config key 'model.likelihood': choose categorical or gaussian (or null), not "
-                          f"{show(cfg.model.likelihood)}")
-    try:
-        spec = architecture(cfg.arch, kwargs, cfg.model.likelihood)
-    except ValueError as err:
-        raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
-    if cfg.data.input_shape is None:
-        return spec
-    classes = spec.classes if cfg.data.classes is None else len(cfg.data.classes)  # your own data's
-    return replace(spec, input_shape=tuple(cfg.data.input_shape), classes=classes)
-
-
 # What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
 DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
 
@@ -252,18 +232,18 @@ def data_kind(path: str) -> str:
                       "nor a .csv, .pt or .npz file to tell its kind by: give data.name=folder, tensors or csv")
 
 
-def check_network_fits(cfg: DictConfig) -> None:
-    """The network ``cfg`` names must be built, and take its data's shape: a network by name (its
-    factory called, under ``bnn_zoo.core.network_names``' guard) or one on your own data, once its shape
-    is found; built once, before a run starts, not at every config that names it, and from a fork
-    of torch's random stream (the run's draws stay as they were)."""
-    if cfg.data.input_shape is None and ":" not in cfg.arch:  # MNIST's and the toy sets' shapes are the recipes' own
+def check_network_fits(plan: Plan) -> None:
+    """The network a plan names must be built, and take its data's shape: a network by name (its
+    factory called, under ``bnn_zoo.core.network_names``' guard) or one on your own data, once its
+    shape is found; built once, before a run starts, not at every config that names it, and from a
+    fork of torch's random stream (the run's draws stay as they were)."""
+    if plan.data.input_shape is None and ":" not in plan.arch:  # MNIST's and the toy sets' shapes are the recipes' own
         return
     try:
         with torch.random.fork_rng(devices=[]):
-            make_net(recipe(cfg), None if cfg.model.hidden is None else list(cfg.model.hidden), cfg.model.noise)
+            make_net(plan.networks.recipe, plan.networks.hidden, plan.networks.model.noise)
     except ImageTooSmall as err:  # what resizes them, and a network that takes any size
-        resize = (f"resize them with data.image_size=N, N at least {err.least}" if cfg.data.name == "folder" else
+        resize = (f"resize them with data.image_size=N, N at least {err.least}" if plan.data.name == "folder" else
                   f"give images of at least {err.least}x{err.least}")
         raise ConfigError(f"bad config key 'arch': {err}: {resize}, or train arch=mnist_mlp, which takes images of "
                           "any size") from None

@@ -19,12 +19,24 @@ from ..abstain.rule import Rule
 from ..core.errors import CheckpointError, ConfigError
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
-from .checkpoint import (CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, DENSITIES, FITTED, HMC_SAMPLES, MEMBERS,
-                         TWIN_CHECKPOINT, read, save_atomic, stored_config)
+from .checkpoint import (
+    CALIBRATION,
+    CERTIFIED_WEIGHTS,
+    CHECKPOINT,
+    DENSITIES,
+    FITTED,
+    HMC_SAMPLES,
+    MEMBERS,
+    TWIN_CHECKPOINT,
+    read,
+    save_atomic,
+    stored_config,
+)
 from .checks import pick_device
 from .config import make_config
-from .factory import build_from_config, twin_from_config
+from .factory import build_networks, build_twin
 from .files import read_json
+from .plan import Plan
 from .trained import Trained, weights_digest
 
 SHIPPED = Path(__file__).resolve().parent.parent / "shipped"  # trained posteriors inside the package
@@ -168,11 +180,17 @@ def _fitted(path: Path, trained: Trained, device) -> dict[str, dict]:
     if stored.get("run") != trained.run:
         raise CheckpointError(f"{path} was fitted around another run's twin (their run ids differ): delete it, or fit "
                               f"again: python -m bnn_zoo.train resume={path.parent} train.posteriors=[...]")
-    unknown = sorted(set(stored["posteriors"]) - set(KINDS))
+    _check_registered(stored["posteriors"], path)
+    return stored["posteriors"]
+
+
+def _check_registered(names, path: Path) -> None:
+    """Refuse a run holding a kind of posterior this process has not registered (another process
+    registered it: its module must be imported here too)."""
+    unknown = sorted(name for name in names if isinstance(name, str) and name not in KINDS)
     if unknown:
         raise CheckpointError(f"{path} holds the posterior {unknown[0]}, which no kind registered here reads: import the "
                               f"module that registers it (registered: {', '.join(KINDS)})")
-    return stored["posteriors"]
 
 
 def _densities(states: dict) -> dict[str, FeatureDensity]:
@@ -184,14 +202,17 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
     """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float)."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     config = stored_config(state, path)
+    fitted = config.get("train", {}).get("posteriors") if isinstance(config.get("train"), dict) else None
+    _check_registered(fitted if isinstance(fitted, list) else [], path)
     try:
         cfg = make_config(config)
     except ConfigError as err:
         by_name = ":" in str(config.get("arch"))  # a network by name: its module must import here
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
+    networks = Plan.of(cfg).networks
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
-        model, guide = build_from_config(cfg, state.get("num_data"), device)
+        model, guide = build_networks(networks, state.get("num_data"), device)
     _load_state(model, state["model"], path)
     _load_state(guide, full(state["guide"]), path)
     model.eval(), guide.eval()
@@ -201,7 +222,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
             raise CheckpointError(f"{twin_path} is the twin of another run than {path} (their run ids "
                                   "differ): delete it, or train the twin again with this run")
         with seeded(None, device):
-            twin = twin_from_config(cfg, device)
+            twin = build_twin(networks, device)
         _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),

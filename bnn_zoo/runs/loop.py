@@ -4,8 +4,8 @@ every ``train.eval_every`` epochs (only from finite parameters), early stopping 
 accuracy, or after ``train.patience`` evaluations without a better validation NLL, the best
 evaluation's weights kept), and one line on what a diverged or stopped run keeps and how to resume it.
 
-Usage: ``figures = train_phase(TwinPhase(cfg, len(splits.train), device, run.twin_checkpoint), cfg, splits, run_id,
-log, stored)``
+Usage: ``figures = train_phase(TwinPhase(plan.networks, plan.train, len(splits.train), device, path), plan.train,
+config, splits, run_id, log, stored)``
 """
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from .checkpoint import config_dict, read, restore_rng, rng_state, save_atomic
-from ..data.sets import Splits, TensorSet
-from .ranks import Ranks
 from ..core.errors import ConfigError, StorageError, TrainingError
+from ..data.sets import Splits, TensorSet
+from .checkpoint import read, restore_rng, rng_state, save_atomic
+from .ranks import Ranks
+from .schema import TrainConfig
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int, lr: float, done: int = 0):
+def make_scheduler(optimizer: torch.optim.Optimizer, t: TrainConfig, epochs: int, lr: float, done: int = 0):
     """The per-epoch learning-rate schedule of a run planned as ``epochs`` epochs from ``lr``, at
     epoch ``done``: replayed from the start, so a resumed run with a new lr or length follows the
     new plan (and an unchanged one continues exactly where it stopped)."""
@@ -50,14 +50,14 @@ def make_scheduler(optimizer: torch.optim.Optimizer, t: DictConfig, epochs: int,
 EVALUATIONS = 50  # train.eval_every=null: about this many evaluations a run
 
 
-def evaluation_interval(t: DictConfig, epochs: int) -> int:
+def evaluation_interval(t: TrainConfig, epochs: int) -> int:
     """Every how many epochs a run of ``epochs`` evaluates: train.eval_every, or with null about
     EVALUATIONS times a run (at least every epoch)."""
     return t.eval_every or max(1, epochs // EVALUATIONS)
 
 
 def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
-        t: DictConfig, epochs: int, history: list, per_example: float,
+        t: TrainConfig, epochs: int, history: list, per_example: float,
         after_epoch: Callable[[dict, bool], Optional[bool]], world: Ranks = Ranks()) -> None:
     """The epoch loop shared by the BNN and its twin: minibatches on the device (a rank's share of
     each, ``bnn_zoo.runs.ranks``), a progress bar, a check for non-finite losses, then
@@ -151,13 +151,13 @@ class Patience:
         return self.patience is not None and self.waited >= self.patience
 
 
-def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callable[[str], None],
+def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str, log: Callable[[str], None],
                 stored: Optional[dict] = None, world: Ranks = Ranks()) -> dict:
     """Train ``phase`` (a ``bnn_zoo.runs.phases.Phase``) on ``splits.train`` for its planned epochs,
     continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch (and
     training examples per second at that pace) and test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
-    checkpoints and tests (the others return no test figures)."""
-    t = cfg.train
+    checkpoints and tests (the others return no test figures). ``t``: the plan's training section;
+    ``config``: the run's config as its checkpoints store it."""
     loss = world.wrap(phase.modules(), phase.loss, splits.train.x.device)
     optimizer = adam(phase.parameters(), phase.lr)
     history: list = []
@@ -170,7 +170,7 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
             f" on {world.size} ranks, trained on {stored.get('ranks', 1)}: the global minibatch is now "
             f"{world.size} x train.batch_size" if stored.get("ranks", 1) != world.size else ""))
     scheduler = make_scheduler(optimizer, t, phase.epochs, phase.lr, done=len(history))
-    last = LastCheckpoint(phase.path, cfg, phase.lr, stored["epoch"] if stored else None,
+    last = LastCheckpoint(phase.path, phase.lr, stored["epoch"] if stored else None,
                           min(evaluation_interval(t, phase.epochs), phase.epochs))
     patience = Patience(t.patience, history[-1].get("val/nll", math.inf) if history else math.inf)
 
@@ -188,7 +188,7 @@ def train_phase(phase, cfg: DictConfig, splits: Splits, run_id: str, log: Callab
             format_figures({k: v for k, v in record.items() if k not in ("epoch", "lr", "steps")}))
         last.check(phase.label, record["epoch"], phase.parameters())
         if patience.better(record):
-            save_atomic({"config": config_dict(cfg), "run": run_id, "epoch": record["epoch"], "ranks": world.size,
+            save_atomic({"config": config, "run": run_id, "epoch": record["epoch"], "ranks": world.size,
                          "optimizer": optimizer.state_dict(), "history": history, **phase.state(),
                          **rng_state(splits.train.x.device)}, phase.path)
             last.epoch = record["epoch"]
@@ -219,8 +219,8 @@ class LastCheckpoint:
     disk, a folder gone read-only) raised inside ``with last:`` ends with which epoch the file holds
     and how to resume from it."""
 
-    def __init__(self, path: Path, cfg: DictConfig, lr: float, epoch: Optional[int], first: int):
-        self.path, self.cfg, self.lr, self.epoch = path, cfg, lr, epoch
+    def __init__(self, path: Path, lr: float, epoch: Optional[int], first: int):
+        self.path, self.lr, self.epoch = path, lr, epoch
         self.first = first  # the first epoch evaluated
 
     def check(self, label: str, epoch: int, parameters) -> None:

@@ -5,10 +5,10 @@ resumes them all the same way. ``BayesPhase``: SVI of the Bayesian network with 
 
 Usage::
 
-    phase = BayesPhase(cfg, num_data=len(splits.train), device=device, path=run.checkpoint)
-    twin = TwinPhase(cfg, num_data=len(splits.train), device=device, path=run.twin_checkpoint)
+    phase = BayesPhase(plan.networks, plan.train, num_data=len(splits.train), device=device, path=run.checkpoint)
+    twin = TwinPhase(plan.networks, plan.train, num_data=len(splits.train), device=device, path=run.twin_checkpoint)
     loss = phase.loss(x, y)                          # a minibatch's negative ELBO, to minimize
-    figures = train_phase(phase, cfg, splits, run_id, log, stored)
+    figures = train_phase(phase, plan.train, config, splits, run_id, log, stored)
 """
 from __future__ import annotations
 
@@ -19,17 +19,18 @@ from typing import Callable, Protocol
 
 import pyro
 import torch
-from omegaconf import DictConfig
 
 from ..core.captured_step import CapturedStep, NotCaptured, choose
-from ..data.sets import TensorSet
 from ..core.elbo import TraceKL_ELBO
-from .factory import build_from_config, twin_from_config
-from ..core.reparam import LocalReparameterization
 from ..core.predictive import evaluating, predict
+from ..core.reparam import LocalReparameterization
+from ..data.sets import TensorSet
+from .factory import build_networks, build_twin
+from .plan import Networks
+from .schema import TrainConfig
 
 
-def planned_epochs(t: DictConfig, num_data: int, twin: bool = False) -> int:
+def planned_epochs(t: TrainConfig, num_data: int, twin: bool = False) -> int:
     """The epochs a phase plans on ``num_data`` training examples: train.epochs (the twin's:
     train.twin_epochs where given), or those that make train.steps minibatches of train.batch_size."""
     if twin and t.twin_epochs:
@@ -86,12 +87,11 @@ class BayesPhase:
     label = "bayes"
     sampled = True
 
-    def __init__(self, cfg: DictConfig, num_data: int, device, path: Path | None = None,
+    def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None,
                  log: Callable[[str], None] = print):
-        t = cfg.train
-        self.model, self.guide = build_from_config(cfg, num_data, device)
+        self.model, self.guide = build_networks(networks, num_data, device)
         self.elbo = TraceKL_ELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
-        self.reparam = LocalReparameterization if cfg.model.reparam == "local" else nullcontext
+        self.reparam = LocalReparameterization if networks.model.reparam == "local" else nullcontext
         self.path, self.lr, self.num_data, self.log = path, t.lr, num_data, log
         self.epochs = planned_epochs(t, num_data)
         self.per_example = 1.0 / num_data
@@ -149,9 +149,8 @@ class TwinPhase:
     per_example = 1.0
     sampled = False
 
-    def __init__(self, cfg: DictConfig, num_data: int, device, path: Path | None = None):
-        t = cfg.train
-        self.twin = twin_from_config(cfg, device)
+    def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None):
+        self.twin = build_twin(networks, device)
         self.path, self.epochs, self.lr = path, planned_epochs(t, num_data, twin=True), t.twin_lr or t.lr
 
     def parameters(self) -> list[torch.Tensor]:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from ..core.errors import ConfigError
 from .checkpoint import CHECKPOINT, TWIN_CHECKPOINT, config_dict, read, stored_config
 from .config import load_config, make_config
-from ..core.errors import ConfigError
 from .phases import planned_epochs
 
 # What a resumed run may change: how long and how fast it trains from here, how it reports, where
@@ -25,7 +25,7 @@ from .phases import planned_epochs
 RESUMABLE = ("train.members", "train.epochs", "train.steps", "train.patience", "train.twin_epochs", "train.lr",
              "train.twin_lr", "train.lr_schedule", "train.lr_min_factor", "train.lr_step", "train.lr_gamma",
              "train.eval_every", "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
-             "train.capture", "train.threads",
+             "train.capture", "train.posteriors", "train.threads",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
              "data.path", "data.test_path", "data.ood",
              "abstention", "mcmc")

@@ -18,11 +18,11 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from .checkpoint import CALIBRATION, CHECKPOINT, DENSITIES, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from ..core.errors import ConfigError, StorageError
+from .checkpoint import CALIBRATION, CHECKPOINT, DENSITIES, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from .files import check_writable, make_folder, open_lock, write_atomic
-from .trained import Trained
 from .loading import load, member_dirs
+from .trained import Trained
 
 LOCK = ".lock"
 MARK = ".bnn_zoo_run"  # written when a run starts: the run files beside it are that run's

@@ -21,6 +21,7 @@ from ..core.twin import Twin
 from ..posterior import KINDS, Posterior
 from .checkpoint import digest
 
+
 @dataclass
 class Trained:
     model: BayesianNet

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..core.errors import CheckpointError, ConfigError, StorageError
-from .files import make_folder, open_lock, write_atomic
 from ..core.network_names import check_network_name
+from .files import make_folder, open_lock, write_atomic
 
 HOME_ENV = "BNN_ZOO_HOME"
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from bnn_zoo.abstain.rule import Rule, risk_coverage, uncertainty
 from bnn_zoo.abstain.certify import CUTS, Calibration, NotCertified, binomial_cdf, certify, inputs_needed, smallest_risk
+from bnn_zoo.abstain.rule import Rule, risk_coverage, uncertainty
 
 
 def population(n: int, seed: int, samples: int = 4, classes: int = 5):
@@ -203,8 +203,8 @@ def test_a_density_gate_holds_the_bound_at_the_stated_rate_over_many_draws():
     """As the bound above, with the gate on density scores given beside the probabilities and its
     cuts fixed beforehand from training inputs' scores: the error rate among accepted fresh inputs
     exceeds the risk in at most delta of the draws (plus sampling slack)."""
-    from bnn_zoo.abstain.rule import DENSITY
     from bnn_zoo.abstain.certify import density_cuts
+    from bnn_zoo.abstain.rule import DENSITY
 
     risk, delta, draws = 0.2, 0.1, 100
     cuts = density_cuts(density_like(population(5000, seed=20_000)[0], seed=20_000))
@@ -226,8 +226,8 @@ def test_a_density_gate_holds_the_bound_at_the_stated_rate_over_many_draws():
 
 
 def test_a_density_gate_needs_its_scores_and_its_own_cuts():
-    from bnn_zoo.abstain.rule import DENSITY
     from bnn_zoo.abstain.certify import density_cuts
+    from bnn_zoo.abstain.rule import DENSITY
 
     probs, labels = population(200, seed=3)
     rule = Rule(threshold=0.2, signal=DENSITY, cut=-5.0)  # minus a log density: a cut of any sign

@@ -7,17 +7,15 @@ import torch
 from conftest import DEVICE
 
 from bnn_zoo import load, predict
-from bnn_zoo.cli.certify import certify_trained, main, summary, validation_set
-from bnn_zoo.posterior import certifying
 from bnn_zoo.abstain.certify import certify
 from bnn_zoo.abstain.conformal import calibrate_sets
-from bnn_zoo.posterior import TWIN_SCALED
-from bnn_zoo.runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
-from bnn_zoo.core.errors import CheckpointError, StorageError
-from bnn_zoo.runs.trained import posteriors
-from bnn_zoo.core.predictive import evaluating
 from bnn_zoo.abstain.temperature import fit_temperature
-from bnn_zoo.runs.trained import weights_digest
+from bnn_zoo.cli.certify import certify_trained, main, summary, validation_set
+from bnn_zoo.core.errors import CheckpointError, StorageError
+from bnn_zoo.core.predictive import evaluating
+from bnn_zoo.posterior import TWIN_SCALED, certifying
+from bnn_zoo.runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
+from bnn_zoo.runs.trained import posteriors, weights_digest
 
 
 def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
@@ -293,8 +291,8 @@ def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
 def test_predict_answers_with_the_scaled_twin_under_its_own_rule(certified_run, shared_data, tmp_path, capsys):
     from PIL import Image
 
-    from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.cli.predict import main as predict_main
+    from bnn_zoo.data.sets import load_torchvision, normalize
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     files = []
@@ -325,12 +323,12 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     predict apply it; calibrating again without it removes the density with its rule."""
     from PIL import Image
 
-    from bnn_zoo.abstain.rule import DENSITY
     from bnn_zoo.abstain.certify import density_cuts
-    from bnn_zoo.runs.checkpoint import DENSITIES
+    from bnn_zoo.abstain.rule import DENSITY
+    from bnn_zoo.cli.predict import main as predict_main
     from bnn_zoo.data.sets import load_torchvision, normalize, run_split
     from bnn_zoo.evaluation.evaluate import evaluate_run
-    from bnn_zoo.cli.predict import main as predict_main
+    from bnn_zoo.runs.checkpoint import DENSITIES
 
     run = _copy(certified_run, tmp_path)
     args = [str(run), "--risk", "0.4", "--delta", "0.2", "--max-refusal", "0.1", "--samples", "4"]
@@ -338,7 +336,7 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     assert "twin: median >= " in capsys.readouterr().out
     trained = load(run, DEVICE)
     rule, density, twin = trained.rules["twin"], trained.densities["twin"], posteriors(trained)["twin"]
-    x_train, y_train = run_split(trained.config, "train", limit=10000)
+    x_train, y_train = run_split(trained.config.data, "train", limit=10000)
     feats = twin.features(x_train.to(DEVICE))
     assert torch.allclose(density.score(feats), type(density).fit(feats, y_train).score(feats))
     x, labels = validation_set(trained)

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import first_by_default
 
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import CheckpointError, ConfigError, DataError
@@ -30,8 +31,8 @@ def test_a_bug_is_not_dressed_up_as_a_user_s_mistake():
 SHARED = "--samples SAMPLES     posterior samples per input, at most 10000 (default 100)"
 
 
-@pytest.mark.parametrize("command", [["-m", "bnn_zoo.evaluate"], ["-m", "bnn_zoo.predict"],
-                                     ["scripts/reject_notmnist.py"], ["scripts/prune.py"]])
+@pytest.mark.parametrize("command", first_by_default([["-m", "bnn_zoo.evaluate"], ["-m", "bnn_zoo.predict"],
+                                                      ["scripts/reject_notmnist.py"], ["scripts/prune.py"]]))
 def test_every_command_line_shares_the_same_options(command):
     done = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -67,7 +68,8 @@ def test_counts_take_an_upper_bound():
 def test_help_texts_say_what_a_user_needs(capsys):
     from omegaconf import OmegaConf
 
-    from bnn_zoo.cli import certify as calibrate, evaluate, train
+    from bnn_zoo.cli import certify as calibrate
+    from bnn_zoo.cli import evaluate, train
     from bnn_zoo.runs.config import Config
 
     for main in (train.main, calibrate.main, evaluate.main):

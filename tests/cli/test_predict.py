@@ -16,9 +16,9 @@ from bnn_zoo.cli.predict import main
 
 def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
     from bnn_zoo.abstain.rule import abstain
-    from bnn_zoo.runs.loading import load
-    from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.data.images import load_image
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.runs.loading import load
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
@@ -48,9 +48,9 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
 
 def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     from bnn_zoo.abstain.rule import uncertainty
-    from bnn_zoo.runs.loading import load
-    from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.data.images import load_image
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.runs.loading import load
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     files = []
@@ -85,8 +85,8 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
     """No rule certified (128 validation images cannot bear risk 0.01): each image is answered with
     its certified conformal set, not the quantile rule that accepts nearly everything; a set of every
     class is an "I don't know"; a line says why, what the validation inputs certify and the command."""
-    from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.data.images import load_image
+    from bnn_zoo.data.sets import load_torchvision, normalize
     from bnn_zoo.runs.loading import load
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
@@ -173,7 +173,7 @@ def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(ti
     from bnn_zoo.cli.certify import main as calibrate_main
 
     assert calibrate_main(["lenet"]) == 2
-    assert capsys.readouterr().err == ("error: lenet is a shipped posterior, certified as it shipped; calibrate a run "
+    assert capsys.readouterr().err == ("error: lenet is a shipped posterior, certified as it shipped; certify a run "
                                        "directory (./lenet for a folder of that name)\n")
 
 

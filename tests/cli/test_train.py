@@ -8,19 +8,20 @@ import pyro
 import pytest
 import torch
 from conftest import NO_MNIST, SHARED_DATA, tiny_config
+from helpers import first_by_default
 
 from bnn_zoo import load, predict
-from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES
-from bnn_zoo.runs.config import config_names, resolved
-from bnn_zoo.runs.checks import recipe
-from bnn_zoo.data.sets import toy_data
+from bnn_zoo.cli.train import config_for_run, main, train
 from bnn_zoo.core.elbo import TraceKL_ELBO
 from bnn_zoo.core.errors import ConfigError, TrainingError
+from bnn_zoo.data.sets import toy_data
 from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.evaluation.plots import variance_parts
 from bnn_zoo.posterior import BAYES
+from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES
+from bnn_zoo.runs.config import config_names, resolved
 from bnn_zoo.runs.phases import BayesPhase
-from bnn_zoo.cli.train import config_for_run, main, train
+from bnn_zoo.runs.plan import Plan, recipe
 
 RUN_FILES = ["config.yaml", "checkpoint.pt", "twin.pt", "metrics.json", "training.png"]
 
@@ -142,7 +143,7 @@ def _lrs(metrics):
     return [h["lr"] for h in metrics["bayes"]["history"]]
 
 
-@pytest.mark.parametrize("schedule", ["cosine", "step", "constant"])
+@pytest.mark.parametrize("schedule", first_by_default(["cosine", "step", "constant"]))
 def test_resume_follows_the_new_plan_of_epochs_and_learning_rate(schedule, tmp_path):
     plan = {"train.lr_schedule": schedule, "train.lr_step": 3, "train.eval_every": 2, "train.lr": 0.01}
     whole = train(tiny_config("toy_mlp", run_dir=str(tmp_path / "whole"), **plan, **{"train.epochs": 8}))
@@ -272,11 +273,13 @@ def test_train_kl_weight_tempers_the_objective_training_minimizes():
     cfg = config_for_run("toy_mlp", ["train.kl_weight=0.1"])
     data = toy_data("polynomial")
     with pyro.settings.context(module_local_params=True):
-        phase = BayesPhase(resolved(cfg), num_data=len(data.y), device=torch.device("cpu"))
+        planned = Plan.of(resolved(cfg))
+        phase = BayesPhase(planned.networks, planned.train, num_data=len(data.y), device=torch.device("cpu"))
         loss, parts = phase.elbo.loss_and_parts(phase.model, phase.guide, data.x, data.y)
     assert loss.item() == pytest.approx((parts.data_fit + 0.1 * parts.kl).item(), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_the_table_regression_recipe_learns_a_plain_signal_to_its_noise(tmp_path):
     """y = 3 x0 - 2 x1 + N(0, 0.5^2), x2 irrelevant, 500 rows (320 to train, 80 to validate, 100 to
     test): the documented line learns it to the noise, its learned noise sd near 0.5, where the
@@ -293,6 +296,7 @@ def test_the_table_regression_recipe_learns_a_plain_signal_to_its_noise(tmp_path
     assert metrics["twin"]["test/rmse"] == pytest.approx(0.5, rel=0.25)
 
 
+@pytest.mark.slow
 def test_the_table_classification_recipe_learns_a_plain_boundary(tmp_path):
     """Two classes on either side of x0 = x1 (labels of the noisy side flipped: 93% is the best
     possible), 500 rows: the documented line is right about as often, where the majority is right

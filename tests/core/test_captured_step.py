@@ -9,18 +9,19 @@ import weakref
 import pyro
 import pytest
 import torch
+from conftest import SMALL, ZOO, example_batch, tiny_config
+from helpers import first_by_default
 from torch import nn
 
 from bnn_zoo import bayesian, build
+from bnn_zoo.cli.train import train
 from bnn_zoo.core.captured_step import STEPS_TO_COMPILE, STEPS_TO_TRACE, CapturedStep, NotCaptured, choose
 from bnn_zoo.core.elbo import TraceKL_ELBO
+from bnn_zoo.core.reparam import LocalReparameterization
 from bnn_zoo.runs.loop import adam
 from bnn_zoo.runs.phases import BayesPhase
-from bnn_zoo.core.reparam import LocalReparameterization
+from bnn_zoo.runs.plan import Plan
 from bnn_zoo.runs.resume import config_for_run
-from bnn_zoo.cli.train import train
-
-from conftest import SMALL, ZOO, example_batch, tiny_config
 
 ANY_NET = "conv+batchnorm"  # bayesian() of a network outside the zoo, with a point-estimate layer
 
@@ -99,7 +100,7 @@ def test_a_replayed_step_is_pyros_step_on_the_same_draws(arch, reparam):
     assert_same(eager, captured, exact=True)
 
 
-@pytest.mark.parametrize("arch", [*ZOO, ANY_NET])
+@pytest.mark.parametrize("arch", first_by_default([*ZOO, ANY_NET]))  # compiling takes seconds an architecture
 def test_a_compiled_step_is_pyros_step_on_the_same_draws(arch):
     eager = one_step(*pair(arch), "local", "eager")
     assert_same(eager, one_step(*pair(arch), "local", "compile"), exact=False)
@@ -179,7 +180,8 @@ def test_a_phase_that_cannot_capture_says_so_and_trains_as_pyro_does():
     for capture in ("trace", "eager"):
         with pyro.settings.context(module_local_params=capture == "eager"):
             pyro.set_rng_seed(0)
-            phase = BayesPhase(make(cfg, capture), 1000, "cpu", log=notes.append)
+            plan = Plan.of(make(cfg, capture))
+            phase = BayesPhase(plan.networks, plan.train, 1000, "cpu", log=notes.append)
             pyro.set_rng_seed(3)
             losses[capture] = phase.loss(x, y).item()
     assert len(notes) == 1 and "global parameter store" in notes[0] and "runs uncaptured" in notes[0], notes
@@ -228,7 +230,7 @@ def test_a_captured_run_trains_and_resumes_as_pyros_step_does(tmp_path):
     assert [h["loss"] for h in resumed] == [h["loss"] for h in histories["trace"]]
 
 
-@pytest.mark.parametrize("arch", ZOO)
+@pytest.mark.parametrize("arch", first_by_default(ZOO))
 def test_compiled_prediction_is_the_plain_one_on_the_same_draws(arch):
     from bnn_zoo.core.predictive import predict
 
@@ -243,6 +245,7 @@ def test_compiled_prediction_is_the_plain_one_on_the_same_draws(arch):
     assert (compiled - reference).abs().max() <= 1e-5 * reference.abs().max()
 
 
+@pytest.mark.slow
 def test_compiling_leaves_the_callers_settings_as_they_were():
     """TorchDynamo's first compile in a process turns torch.distributions' validation off for
     everyone; the zoo's compiled paths give it back. In a fresh process, where that first compile
@@ -259,9 +262,8 @@ def test_compiling_leaves_the_callers_settings_as_they_were():
 def test_a_compiled_prediction_goes_with_its_model_which_still_copies_and_pickles():
     import pickle
 
-    from bnn_zoo.core.predictive import predict
-
     from bnn_zoo.core.captured_step import _COMPILED_PREDICTIVES
+    from bnn_zoo.core.predictive import predict
 
     model, guide, x, _ = pair("mnist_mlp")
     predict(model, guide, x, 2, compiled=True)

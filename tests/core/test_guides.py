@@ -10,8 +10,8 @@ from pyro.infer import Predictive
 from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
 
 from bnn_zoo import build, load, predict
-from bnn_zoo.data.sets import normalize
 from bnn_zoo.core.guides import GUIDES, DirectAutoNormal, make_guide
+from bnn_zoo.data.sets import normalize
 from bnn_zoo.runs.loading import SHIPPED
 
 

@@ -8,11 +8,11 @@ from pyro.infer import TraceMeanField_ELBO
 from torch import nn
 
 from bnn_zoo import bayesian, build, predict
-from bnn_zoo.runs.config import make_config
-from bnn_zoo.data.sets import TensorSet
 from bnn_zoo.core.likelihoods import Categorical, Gaussian, make_likelihood
 from bnn_zoo.core.nets import MLP
+from bnn_zoo.data.sets import TensorSet
 from bnn_zoo.evaluation.plots import variance_parts
+from bnn_zoo.runs.config import make_config
 from bnn_zoo.runs.loop import fit
 
 

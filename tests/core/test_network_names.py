@@ -9,10 +9,10 @@ import torch
 from conftest import NO_MNIST, SHARED_DATA, tiny_config
 
 from bnn_zoo import load
+from bnn_zoo.core.architectures import architecture, make_net
+from bnn_zoo.core.errors import CheckpointError, ConfigError
 from bnn_zoo.runs.checkpoint import CHECKPOINT, read
 from bnn_zoo.runs.resume import config_for_run
-from bnn_zoo.core.errors import CheckpointError, ConfigError
-from bnn_zoo.core.architectures import architecture, make_net
 
 NETS = '''
 from torch import nn
@@ -145,10 +145,10 @@ def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_p
     import yaml
 
     from bnn_zoo.cli import trust
+    from bnn_zoo.cli.train import train
     from bnn_zoo.runs import trust_list
     from bnn_zoo.runs.checkpoint import save_atomic
     from bnn_zoo.runs.resume import config_for_run
-    from bnn_zoo.cli.train import train
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -241,8 +241,8 @@ def test_a_loader_named_as_a_network_is_refused_before_it_runs_anything(arch, kw
     file.write_bytes(pickle.dumps(Payload(str(marker))))
     kwargs = {k: v.format(marker=marker) if isinstance(v, str) else v for k, v in kwargs.items()}
     kwargs = {**kwargs, **({"f": str(file)} if arch == "torch:load" else {"file": str(file)} if arch == "numpy:load" else {})}
-    from bnn_zoo.runs.config import make_config, resolved
     from bnn_zoo.cli.train import train
+    from bnn_zoo.runs.config import make_config, resolved
 
     cfg = resolved(make_config({"arch": arch, "run_dir": str(tmp_path / "run"), "model": {"kwargs": kwargs},
                                 "train": {"epochs": 1, "progress": False}}))
@@ -323,8 +323,8 @@ def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_ne
 
 
 def test_a_network_that_cannot_be_built_leaves_nothing_and_is_not_trusted(own_nets, tmp_path, monkeypatch):
-    from bnn_zoo.runs import trust_list
     from bnn_zoo.cli.train import train
+    from bnn_zoo.runs import trust_list
 
     monkeypatch.setenv("BNN_ZOO_HOME", str(tmp_path / "home"))
     (tmp_path / "run").mkdir()  # a folder of your own, where the run would go
@@ -333,6 +333,7 @@ def test_a_network_that_cannot_be_built_leaves_nothing_and_is_not_trusted(own_ne
     assert list((tmp_path / "run").iterdir()) == [] and trust_list.trusted() == []
 
 
+@pytest.mark.slow
 def test_the_trust_list_survives_a_shared_umask_concurrent_writers_and_bad_bytes(tmp_path, monkeypatch):
     import subprocess
 

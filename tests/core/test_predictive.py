@@ -78,6 +78,7 @@ def test_predict_refuses_images_that_were_not_normalized():
         predict(model, guide, torch.zeros(0, 1, 28, 28), 2)
 
 
+@pytest.mark.slow
 def test_predict_memory_does_not_grow_with_the_number_of_samples():
     """Peak memory of 5,000 posterior samples of the shipped mnist_mlp for one input, against 50:
     the chunks' buffers are reused (the output is 0.2 MB)."""

@@ -4,9 +4,9 @@ import torch
 from conftest import SMALL, ZOO, example_batch
 
 from bnn_zoo import build, load, predict
-from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.core.likelihoods import Categorical
 from bnn_zoo.core.pruning import posterior_loc_scale, prune_masks, weight_scores
+from bnn_zoo.data.sets import load_torchvision, normalize
 
 
 def _trained_like(arch):

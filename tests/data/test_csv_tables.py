@@ -3,12 +3,12 @@ kind named as such: each mistake in one line naming the file and, for a table, i
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import splits_of, tiny_config
 
-from bnn_zoo.data.sets import load_splits, with_profile
 from bnn_zoo.core.errors import DataError
-from bnn_zoo.data.own import MAX_CLASSES, read_own, read_rows
 from bnn_zoo.data.csv_tables import read_csv, table_columns
+from bnn_zoo.data.own import MAX_CLASSES, read_own, read_rows
+from bnn_zoo.runs.config import with_profile
 
 
 def own(tmp_path, kind, path, arch="mnist_mlp", **overrides):
@@ -23,7 +23,7 @@ def table(tmp_path, text, name="t.csv"):
 
 def refused(cfg, message):
     with pytest.raises(DataError, match=message) as err:
-        read_own(cfg, True)
+        read_own(cfg.data, True)
     assert "\n" not in str(err.value)
 
 
@@ -43,18 +43,18 @@ def test_numeric_labels_are_one_class_per_value_in_training_and_test_tables(tmp_
     labels = ["1", "1.0", "01", "2", "2.50", "1e0"]
     train = table(tmp_path, "a,label\n" + "".join(f"{i},{labels[i % 6]}\n" for i in range(30)), "train.csv")
     test = table(tmp_path, "a,label\n1,1.00\n2,02\n3,2.5\n", "test.csv")
-    train_part, test_part = read_own(own(tmp_path, "csv", train, **{"data.test_path": str(test)}), True)
+    train_part, test_part = read_own(own(tmp_path, "csv", train, **{"data.test_path": str(test)}).data, True)
     assert train_part.classes == ["1", "2", "2.5"]
     assert train_part.y.tolist() == [[0, 0, 0, 1, 2, 0][i % 6] for i in range(30)]
     assert sorted(zip(test_part.x[:, 0].tolist(), test_part.y.tolist())) == [(1.0, 0), (2.0, 1), (3.0, 2)]
     table(tmp_path, "a,label\n1,3\n", "test.csv")
     with pytest.raises(DataError, match=r"test.csv line 2: column 'label' holds '3', not one of the training classes"):
-        read_own(own(tmp_path, "csv", train, **{"data.test_path": str(test)}), True)
+        read_own(own(tmp_path, "csv", train, **{"data.test_path": str(test)}).data, True)
 
 
 def test_numbers_among_text_labels_stay_text_unless_one_is_written_two_ways(tmp_path):
     path = table(tmp_path, "a,label\n" + "".join(f"{i},{['01', 'none', '2'][i % 3]}\n" for i in range(30)))
-    assert read_own(own(tmp_path, "csv", path), True)[0].classes == ["01", "2", "none"]
+    assert read_own(own(tmp_path, "csv", path).data, True)[0].classes == ["01", "2", "none"]
     path = table(tmp_path, "a,label\n" + "".join(f"{i},{['1', 'none', '1.0'][i % 3]}\n" for i in range(30)))
     refused(own(tmp_path, "csv", path), r"t.csv line 4: column 'label' holds '1.0' where line 2 holds '1': one number "
                                         r"written two ways among text labels; write each class one way")
@@ -73,7 +73,7 @@ def test_a_regression_target_given_to_a_classifier_is_refused(tmp_path):
     ids = table(tmp_path, "a,id\n" + "".join(f"{i},{i}\n" for i in range(200)), "ids.csv")
     refused(own(tmp_path, "csv", ids), r"column 'id' holds 200 distinct values among 200 rows")
     steps = table(tmp_path, "a,stars\n" + "".join(f"{i},{i % 10 / 2}\n" for i in range(200)), "steps.csv")
-    assert read_own(own(tmp_path, "csv", steps), True)[0].classes[:3] == ["0", "0.5", "1"]  # few: classes they are
+    assert read_own(own(tmp_path, "csv", steps).data, True)[0].classes[:3] == ["0", "0.5", "1"]  # few: classes they are
 
 
 def test_a_label_far_beyond_the_others_builds_no_class_for_each_number(tmp_path):
@@ -97,7 +97,7 @@ def test_without_data_target_a_column_named_as_targets_are_is_the_target(tmp_pat
     rows = [",".join(str(i % 2) if n == target else f"{i / 7:.3f}" for n in names) for i in range(40)]
     path = table(tmp_path, "\n".join([header, *rows]) + "\n")
     cfg = own(tmp_path, "csv", path)
-    splits = load_splits(cfg)
+    splits = splits_of(cfg)
     assert splits.profile.features == [n for n in names if n != target]
     assert splits.profile.target == target and with_profile(cfg, splits).data.target == target
     table(tmp_path, "y,f1,label\n1,2,3\n")
@@ -127,7 +127,7 @@ def test_a_file_of_the_other_kind_is_named_with_the_reader_it_needs(tmp_path):
                _use_new_zipfile_serialization=False)  # an older torch's pickle
     refused(own(tmp_path, "csv", tmp_path / "d.pt"), r"d.pt is a pickle, a .pt or .npz tensor file perhaps")
     (tmp_path / "d.npz").rename(tmp_path / "npz.pt")  # told by what it holds, not by its name
-    assert len(read_own(own(tmp_path, "tensors", tmp_path / "npz.pt"), True)[0].y) == 16
+    assert len(read_own(own(tmp_path, "tensors", tmp_path / "npz.pt").data, True)[0].y) == 16
 
 
 def test_rows_of_uint8_are_the_numbers_they_are_in_training_and_predict(tmp_path):
@@ -135,10 +135,10 @@ def test_rows_of_uint8_are_the_numbers_they_are_in_training_and_predict(tmp_path
     rows = torch.randint(0, 256, (40, 3), generator=g)
     torch.save({"x": rows.to(torch.uint8), "y": torch.arange(40) % 2}, tmp_path / "d.pt")
     cfg = own(tmp_path, "tensors", tmp_path / "d.pt")
-    train_part, test_part = read_own(cfg, True)
+    train_part, test_part = read_own(cfg.data, True)
     assert sorted(torch.cat([train_part.x, test_part.x]).tolist()) == sorted(rows.float().tolist())
-    cfg = with_profile(cfg, load_splits(cfg))
+    cfg = with_profile(cfg, splits_of(cfg))
     torch.save({"x": rows.float()}, tmp_path / "f.pt")
     torch.save({"x": rows.to(torch.uint8)}, tmp_path / "u.pt")
-    assert torch.equal(read_rows(cfg, tmp_path / "u.pt"), read_rows(cfg, tmp_path / "f.pt"))
-    assert torch.equal(read_rows(cfg, tmp_path / "u.pt"), rows.float())
+    assert torch.equal(read_rows(cfg.data, tmp_path / "u.pt"), read_rows(cfg.data, tmp_path / "f.pt"))
+    assert torch.equal(read_rows(cfg.data, tmp_path / "u.pt"), rows.float())

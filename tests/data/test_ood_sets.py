@@ -1,11 +1,11 @@
 import pytest
 import torch
-from PIL import Image
 from helpers import write_idx
+from PIL import Image
 
-from bnn_zoo.data.sets import load_torchvision
 from bnn_zoo.core.errors import DataError
 from bnn_zoo.data.ood_sets import NEAR, centred, font_files, load_notmnist, ood_images, overlaid_digits, white_noise
+from bnn_zoo.data.sets import load_torchvision
 
 
 @pytest.mark.parametrize("name", NEAR)

@@ -7,19 +7,20 @@ import numpy as np
 import pyro
 import pytest
 import torch
-from conftest import NO_MNIST, tiny_config
+from conftest import NO_MNIST, splits_of, tiny_config
 from PIL import Image
 
 from bnn_zoo import load
-from bnn_zoo.runs.config import make_config, resolved
-from bnn_zoo.runs.checks import check_network_fits
-from bnn_zoo.data.sets import load_splits, validation_split, with_profile
-from bnn_zoo.core.errors import ConfigError, DataError
-from bnn_zoo.evaluation.evaluate import evaluate_run
-from bnn_zoo.runs.trained import posteriors
-from bnn_zoo.data.own import NOISE_FLOOR, SPLIT_SEED, DataProfile, least_squares_sd, read_own
 from bnn_zoo.cli.predict import main as predict_main
 from bnn_zoo.cli.train import train
+from bnn_zoo.core.errors import ConfigError, DataError
+from bnn_zoo.data.own import NOISE_FLOOR, SPLIT_SEED, DataProfile, least_squares_sd, read_own
+from bnn_zoo.data.sets import validation_split
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.runs.checks import check_network_fits
+from bnn_zoo.runs.config import make_config, resolved, with_profile
+from bnn_zoo.runs.plan import Plan
+from bnn_zoo.runs.trained import posteriors
 
 NAMES = {0: "zero", 1: "one", 7: "seven"}
 
@@ -34,8 +35,8 @@ def pngs(tmp_path_factory):
     train/CLASS and test/CLASS folders; and 30 notMNIST letters in a folder of their own."""
     from conftest import SHARED_DATA
 
-    from bnn_zoo.data.sets import load_torchvision
     from bnn_zoo.data.ood_sets import load_notmnist
+    from bnn_zoo.data.sets import load_torchvision
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -124,8 +125,8 @@ def test_the_page_reads_an_upload_as_the_folder_run_read_its_images(folder_run):
 
     from starlette.testclient import TestClient
 
-    from bnn_zoo.page.app import create_app
     from bnn_zoo.page.answers import Answerer
+    from bnn_zoo.page.app import create_app
 
     corner = np.zeros((56, 56), dtype=np.uint8)
     corner[2:20, 4:8] = 255  # a stroke in a corner, on a larger canvas
@@ -147,7 +148,7 @@ def test_a_folder_that_lost_a_class_is_refused(pngs, folder_run, tmp_path):
     cfg = load(folder_run).config
     cfg.data.path = str(moved)
     with pytest.raises(DataError, match=r"now holds inputs \[1, 28, 28\] of classes \['one', 'seven'\].*where the run trained"):
-        load_splits(cfg)
+        splits_of(cfg)
 
 
 def write_csv(path, header, rows):
@@ -247,7 +248,7 @@ def test_a_tensor_file_with_its_own_test_set(tmp_path, suffix):
     else:
         np.savez(path, x=x.numpy(), y=y.numpy(), x_test=xt.numpy(), y_test=yt.numpy())
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(path)}))
-    splits = load_splits(cfg)
+    splits = splits_of(cfg)
     train_idx, val_idx = validation_split(200, 40)
     shuffled = torch.randperm(40, generator=torch.Generator().manual_seed(SPLIT_SEED))  # a --test-size samples every class
     assert len(splits.test) == 40 and torch.equal(splits.test.y, yt[shuffled]) and torch.equal(splits.val.y, y[val_idx])
@@ -260,9 +261,9 @@ def test_without_a_test_part_a_fixed_fifth_is_held_out(tmp_path):
     x, y = flowers(100)
     torch.save({"x": x, "y": y}, tmp_path / "d.pt")
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
-    train_part, test_part = read_own(cfg, True)
+    train_part, test_part = read_own(cfg.data, True)
     assert (len(train_part.y), len(test_part.y)) == (80, 20)
-    again = read_own(cfg, True)[1]
+    again = read_own(cfg.data, True)[1]
     assert torch.equal(again.x, test_part.x)  # the same examples every run
     together = torch.cat([train_part.x, test_part.x])
     assert sorted(together[:, 0].tolist()) == sorted(x[:, 0].tolist())  # nothing lost, nothing twice
@@ -332,7 +333,7 @@ def test_bad_folders_get_one_line_errors(tmp_path, kind, message, monkeypatch):
     monkeypatch.setattr(EpsImagePlugin, "Ghostscript", no_program)
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(bad_folder(tmp_path, kind))}))
     with pytest.raises(DataError, match=message) as err:
-        load_splits(cfg)
+        splits_of(cfg)
     assert "\n" not in str(err.value)
 
 
@@ -376,7 +377,7 @@ def test_bad_tables_get_one_line_errors(tmp_path, rows, message):
     write_csv(tmp_path / "t.csv", ["a", "b", "label"], rows * 5)
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv")}))
     with pytest.raises(DataError, match=message):
-        load_splits(cfg)
+        splits_of(cfg)
 
 
 @pytest.mark.parametrize("where, name, problem", [
@@ -401,7 +402,7 @@ def test_a_class_or_column_name_that_would_rewrite_the_terminal_is_refused(tmp_p
         overrides = {"data.name": "csv", "data.path": str(tmp_path / "t.csv")}
         cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **overrides))
     with pytest.raises(DataError) as err:
-        load_splits(cfg)
+        splits_of(cfg)
     assert str(err.value) == f"the class or column name {name!r} holds {problem}: rename it"
 
 
@@ -416,34 +417,34 @@ def test_bad_settings_and_files_are_named(tmp_path):
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv"),
                                                                "data.target": "kind"}))
     with pytest.raises(DataError, match="has no column 'kind' \\(data.target\\); its columns: a, label"):
-        load_splits(cfg)
+        splits_of(cfg)
     torch.save({"x": torch.zeros(4, 2), "y": torch.zeros(3)}, tmp_path / "d.pt")
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
     with pytest.raises(DataError, match=r"x \[4, 2\] and y \[3\] do not pair up"):
-        load_splits(cfg)
+        splits_of(cfg)
     torch.save({"x": torch.zeros(4, 2), "y": torch.full((4,), 0.5)}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="a classifier's labels y are whole numbers 0..K-1"):
-        load_splits(cfg)
+        splits_of(cfg)
 
     regression = resolved(own_config("toy_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
     torch.save({"x": torch.zeros(4, 1), "y": torch.tensor([0.5, 1.0, float("nan"), 2.0])}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="example 2 holds a NaN or infinite target; fill or drop it"):
-        load_splits(regression)
+        splits_of(regression)
     torch.save({"x": torch.zeros(4, 1), "y": torch.ones(4), "x_test": torch.zeros(2, 1),
                 "y_test": torch.tensor([1.0, float("inf")])}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="example 1 of the test part holds a NaN or infinite target"):
-        load_splits(regression)
+        splits_of(regression)
 
     torch.save({"x": torch.zeros(4, 2), "y": Payload()}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="cannot read .*d.pt as a .npz of arrays or a .pt of tensors"):
-        load_splits(cfg)
+        splits_of(cfg)
     x, y = flowers(60)
     torch.save({"x": x, "y": y}, tmp_path / "d.pt")
-    cfg = with_profile(cfg, load_splits(cfg))
+    cfg = with_profile(cfg, splits_of(cfg))
     cfg.arch, cfg.model.hidden = "lenet", None
     with pytest.raises(ValueError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
-        from bnn_zoo.runs.factory import build_from_config
-        build_from_config(cfg, 10)
+        from bnn_zoo.runs.factory import build_networks
+        build_networks(Plan.of(cfg).networks, 10)
 
 
 def test_a_test_table_indexes_the_training_classes(tmp_path):
@@ -451,12 +452,12 @@ def test_a_test_table_indexes_the_training_classes(tmp_path):
     write_csv(tmp_path / "test.csv", ["a", "label"], [[1, "c"], [2, "c"], [3, "a"]])
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{
         "data.name": "csv", "data.path": str(tmp_path / "train.csv"), "data.test_path": str(tmp_path / "test.csv")}))
-    train_part, test_part = read_own(cfg, True)
+    train_part, test_part = read_own(cfg.data, True)
     assert test_part.classes == ["a", "b", "c"] and sorted(test_part.y.tolist()) == [0, 2, 2] and len(train_part.y) == 30
     assert sorted(zip(test_part.x[:, 0].tolist(), test_part.y.tolist())) == [(1.0, 2), (2.0, 2), (3.0, 0)]
     write_csv(tmp_path / "test.csv", ["a", "label"], [[1, "c"], [2, "d"]])
     with pytest.raises(DataError, match=r"column 'label' holds 'd', not one of the training classes \['a', 'b', 'c'\]"):
-        read_own(cfg, True)
+        read_own(cfg.data, True)
 
 
 def test_data_that_grew_since_the_run_trained_is_refused(tmp_path):
@@ -464,11 +465,11 @@ def test_data_that_grew_since_the_run_trained_is_refused(tmp_path):
     x, y = flowers(100)
     torch.save({"x": x, "y": y}, tmp_path / "d.pt")
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
-    cfg = with_profile(cfg, load_splits(cfg))
-    assert len(load_splits(cfg).test) == 20  # the same data: its stored statistics and digest agree
+    cfg = with_profile(cfg, splits_of(cfg))
+    assert len(splits_of(cfg).test) == 20  # the same data: its stored statistics and digest agree
     torch.save({"x": torch.cat([x, x[:1]]), "y": torch.cat([y, y[:1]])}, tmp_path / "d.pt")
     with pytest.raises(DataError, match="holds other examples than the run trained on"):
-        load_splits(cfg)
+        splits_of(cfg)
 
 
 def test_a_test_table_is_read_by_the_training_columns_names(tmp_path):
@@ -479,7 +480,7 @@ def test_a_test_table_is_read_by_the_training_columns_names(tmp_path):
                                        encoding="utf-8")  # another order, and Excel's byte-order mark
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{
         "data.name": "csv", "data.path": str(tmp_path / "train.csv"), "data.test_path": str(tmp_path / "test.csv")}))
-    train_part, test_part = read_own(cfg, True)
+    train_part, test_part = read_own(cfg.data, True)
     assert test_part.features == train_part.features == ["a", "b", "c"]
     assert sorted(test_part.x.tolist()) == sorted(torch.tensor([[float(v) for v in r[:3]] for r in rows[:5]]).tolist())
 
@@ -488,10 +489,10 @@ def test_uint8_image_tensors_train_lenet_as_images(tmp_path):
     images = torch.randint(0, 256, (60, 16, 16), dtype=torch.uint8)  # [N, H, W] as NumPy's MNIST has them
     torch.save({"x": images, "y": torch.arange(60) % 2}, tmp_path / "d.pt")
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "tensors", "data.path": str(tmp_path / "d.pt")}))
-    found = make_config(with_profile(cfg, load_splits(cfg)))
-    check_network_fits(found)  # lenet takes them: 1 x 16 x 16
+    found = make_config(with_profile(cfg, splits_of(cfg)))
+    check_network_fits(Plan.of(found))  # lenet takes them: 1 x 16 x 16
     assert found.data.input_shape == [1, 16, 16]
-    first = read_own(cfg, True)[0].x[0]  # an image scaled to 0..1, given its channel
+    first = read_own(cfg.data, True)[0].x[0]  # an image scaled to 0..1, given its channel
     assert first.shape == (1, 16, 16) and any(torch.equal((first[0] * 255).round().byte(), image) for image in images)
 
 
@@ -526,7 +527,7 @@ def test_images_too_small_for_lenet_name_what_resizes_them(tmp_path):
         assert str(refused.value) == too_small + fix + any_size and not (tmp_path / "run").exists()
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "pngs"),
                                                             "data.image_size": 12}))
-    check_network_fits(make_config(with_profile(cfg, load_splits(cfg))))  # resized as it says: LeNet takes them
+    check_network_fits(Plan.of(make_config(with_profile(cfg, splits_of(cfg)))))  # resized as it says: LeNet takes them
 
 
 def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_run, pngs, tmp_path, capsys):
@@ -535,8 +536,8 @@ def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_ru
     from starlette.testclient import TestClient
 
     from bnn_zoo.data.inputs import image_input, image_inputs
-    from bnn_zoo.page.app import create_app
     from bnn_zoo.page.answers import Answerer
+    from bnn_zoo.page.app import create_app
 
     good = next((pngs / "test" / "seven").iterdir())  # 28x28, the run's size
     Image.open(good).resize((40, 30)).save(tmp_path / "large.png")
@@ -549,7 +550,7 @@ def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_ru
     assert "resized" not in same_line and large_line.endswith(" (resized from 40x30 to the run's 28x28)")
     config = load(folder_run).config
     for path in (good, tmp_path / "large.png"):  # what the network reads, either way, is what it read before
-        assert torch.equal(image_input(config, path)[0], image_inputs(config, [path], str(path)))
+        assert torch.equal(image_input(config.data, path)[0], image_inputs(config.data, [path], str(path)))
     client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
     for path, resized in ((good, None), (tmp_path / "large.png", [30, 40])):
         found = client.post(f"/api/answer?model={folder_run}&samples=2", content=path.read_bytes())
@@ -564,7 +565,7 @@ def test_tables_without_features_or_targets_are_named(tmp_path, text, message):
     (tmp_path / "t.csv").write_text(text)
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv")}))
     with pytest.raises(DataError, match=message):
-        read_own(cfg, True)
+        read_own(cfg.data, True)
 
 
 def test_a_train_folder_without_a_test_folder_is_named(tmp_path):
@@ -573,7 +574,7 @@ def test_a_train_folder_without_a_test_folder_is_named(tmp_path):
     root.rename(tmp_path / "split" / "train")
     cfg = resolved(own_config("lenet", tmp_path / "run", **{"data.name": "folder", "data.path": str(tmp_path / "split")}))
     with pytest.raises(DataError, match="holds train/ but no test/"):
-        read_own(cfg, True)
+        read_own(cfg.data, True)
 
 
 def test_two_ood_sets_of_one_name_are_refused(folder_run, pngs):
@@ -593,8 +594,8 @@ def test_an_eps_named_png_is_refused_by_every_path_without_a_program(folder_run,
     from starlette.testclient import TestClient
 
     from bnn_zoo.evaluation.evaluate import ood_inputs
-    from bnn_zoo.page.app import create_app
     from bnn_zoo.page.answers import Answerer
+    from bnn_zoo.page.app import create_app
 
     def no_program(*args, **kwargs):
         raise AssertionError("an outside program was started")
@@ -619,20 +620,20 @@ def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, t
     from starlette.testclient import TestClient
 
     from bnn_zoo.data.inputs import image_inputs
-    from bnn_zoo.page.app import create_app
     from bnn_zoo.page.answers import Answerer
+    from bnn_zoo.page.app import create_app
 
     rgba = np.zeros((28, 28, 4), dtype=np.uint8)
     rgba[6:22, 12:16] = (20, 20, 20, 255)  # a dark stroke on nothing
     Image.fromarray(rgba, "RGBA").save(tmp_path / "stroke.png")
     trained = load(folder_run)
-    x = image_inputs(trained.config, [tmp_path / "stroke.png"], "stroke.png")
+    x = image_inputs(trained.config.data, [tmp_path / "stroke.png"], "stroke.png")
     client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
     found = client.post(f"/api/answer?model={folder_run}&samples=2", content=(tmp_path / "stroke.png").read_bytes()).json()
     pixels = torch.tensor(found["pixels"], dtype=torch.uint8)
     assert pixels[0, 0] == 255 and pixels[10, 13] == 20  # white paper under a dark stroke
     from bnn_zoo.data.inputs import pixel_inputs
-    assert torch.equal(pixel_inputs(trained.config, pixels[None]), x)
+    assert torch.equal(pixel_inputs(trained.config.data, pixels[None]), x)
 
 
 def test_a_null_noise_scale_starts_where_a_least_squares_line_leaves_the_targets(tmp_path):
@@ -645,7 +646,7 @@ def test_a_null_noise_scale_starts_where_a_least_squares_line_leaves_the_targets
                                                          for r, t in zip(x.tolist(), y.tolist())])
     cfg = resolved(make_config({"arch": "table_mlp", "model": {"likelihood": "gaussian", "noise_scale": None},
                                 "data": {"path": str(tmp_path / "r.csv")}}))
-    splits = load_splits(cfg)
+    splits = splits_of(cfg)
     found = with_profile(cfg, splits)
     sd = found.data.target_stats[1]
     assert found.model.noise_scale == pytest.approx(0.3 / sd, rel=0.15)  # sd: about sqrt(5.09)

@@ -1,11 +1,12 @@
 
 import pytest
 import torch
-
-from bnn_zoo.data import sets as data
-from bnn_zoo.data import ood_sets as ood
-from bnn_zoo.data.sets import DataError
+from conftest import splits_of
 from helpers import write_idx
+
+from bnn_zoo.data import ood_sets as ood
+from bnn_zoo.data import sets as data
+from bnn_zoo.data.sets import DataError
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -153,7 +154,7 @@ def test_real_mnist_splits(shared_data):
 
     cfg = tiny_config("mnist_mlp", **{"data.root": str(shared_data), "data.train_limit": "null",
                                       "data.test_limit": "null", "data.val_size": 5000})
-    splits = data.load_splits(cfg)
+    splits = splits_of(cfg)
     assert (len(splits.train), len(splits.val), len(splits.test)) == (55000, 5000, 10000)
     assert abs(splits.train.x.mean()) < 0.05 and abs(splits.train.x.std() - 1) < 0.05
     assert splits.train.x.dtype == torch.float32 and splits.train.y.dtype == torch.int64

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from bnn_zoo.evaluation.baseline import baseline, mark_no_better
-from bnn_zoo.data.sets import Splits, TensorSet
 from bnn_zoo.cli.train import train
+from bnn_zoo.data.sets import Splits, TensorSet
+from bnn_zoo.evaluation.baseline import baseline, mark_no_better
 
 
 def targets(train_y: torch.Tensor, test_y: torch.Tensor) -> Splits:

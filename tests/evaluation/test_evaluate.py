@@ -6,13 +6,13 @@ import pytest
 from conftest import DEVICE, tiny_config
 
 from bnn_zoo import load, predict
+from bnn_zoo.abstain.metrics import detection
 from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
-from bnn_zoo.data.sets import load_torchvision, normalize
-from bnn_zoo.data.ood_sets import load_notmnist
 from bnn_zoo.cli.evaluate import main
+from bnn_zoo.data.ood_sets import load_notmnist
+from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution
 from bnn_zoo.posterior import BAYES, TWIN, TWIN_SCALED
-from bnn_zoo.abstain.metrics import detection
 
 
 def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, capsys):
@@ -199,8 +199,8 @@ def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certi
 def test_the_test_figures_hold_the_conformal_sets_coverage_and_size():
     import torch
 
-    from bnn_zoo.abstain.rule import Rule
     from bnn_zoo.abstain.conformal import ConformalSets
+    from bnn_zoo.abstain.rule import Rule
     from bnn_zoo.evaluation.evaluate import in_distribution
 
     probs = torch.tensor([[[0.7, 0.2, 0.1], [0.4, 0.35, 0.25], [0.1, 0.1, 0.8]]])  # one sample, 3 inputs
@@ -229,18 +229,18 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
     """The twin's feature density is fitted on (the first 10,000 of) its training split and scores
     the test set against notMNIST; its sets at 90, 95 and 99% are calibrated on validation and
     measured on the test set (one deterministic prediction: no draws to replay)."""
-    from bnn_zoo.cli.certify import validation_set
     from bnn_zoo.abstain.conformal import calibrate_sets
-    from bnn_zoo.data.sets import run_split
     from bnn_zoo.abstain.density import FeatureDensity
+    from bnn_zoo.cli.certify import validation_set
+    from bnn_zoo.data.sets import run_split
     from bnn_zoo.evaluation.evaluate import evaluate_run
-    from bnn_zoo.runs.trained import posteriors
     from bnn_zoo.evaluation.results import SetFigures
+    from bnn_zoo.runs.trained import posteriors
 
     result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2)
     trained = load(certified_run, DEVICE)
     twin = posteriors(trained)[TWIN]
-    x_train, y_train = run_split(trained.config, "train", limit=10000)
+    x_train, y_train = run_split(trained.config.data, "train", limit=10000)
     assert len(y_train) == 1000  # the run's training split as it trained (data.train_limit), not all of MNIST
     density = FeatureDensity.fit(twin.features(x_train.to(DEVICE)), y_train)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)

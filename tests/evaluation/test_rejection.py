@@ -8,11 +8,11 @@ from PIL import Image
 
 from bnn_zoo import load, predict
 from bnn_zoo.abstain.rule import abstain
-from bnn_zoo.data.sets import load_torchvision, normalize
-from bnn_zoo.data.ood_sets import white_noise
-from bnn_zoo.posterior import BAYES, TWIN
 from bnn_zoo.cli.rejection import script_main
+from bnn_zoo.data.ood_sets import white_noise
+from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.evaluation.rejection import refusal_curve, rejection_report
+from bnn_zoo.posterior import BAYES, TWIN
 
 
 def test_refusal_curve_counts_inputs_below_each_threshold():

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from bnn_zoo.posterior.laplace import KFACLaplace, LastLayerLaplace
 from bnn_zoo.core.likelihoods import Categorical
+from bnn_zoo.core.twin import Twin
+from bnn_zoo.posterior.laplace import KFACLaplace, LastLayerLaplace
 from bnn_zoo.posterior.sgmcmc import CyclicalSGMCMC
 from bnn_zoo.posterior.swag import SWAG
-from bnn_zoo.core.twin import Twin
 
 
 def logistic(classes: int = 3, inputs: int = 4, seed: int = 0):

@@ -4,16 +4,25 @@ from pathlib import Path
 import pyro
 import pytest
 import torch
-from conftest import NO_MNIST, SHARED_DATA, SMALL, ZOO, example_batch, tiny_config
+from conftest import NO_MNIST, SHARED_DATA, SMALL, ZOO, example_batch, splits_of, tiny_config
 
 from bnn_zoo import build, load, make_twin, predict
+from bnn_zoo.cli.train import config_for_run, train
+from bnn_zoo.core.errors import CheckpointError, ConfigError
+from bnn_zoo.posterior import (
+    BAYES,
+    HMC,
+    TWIN,
+    DropoutPosterior,
+    Mixture,
+    PointPosterior,
+    SampledPosterior,
+    ScaledPosterior,
+    VariationalPosterior,
+)
 from bnn_zoo.runs.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
 from bnn_zoo.runs.cost import Cost
-from bnn_zoo.data.sets import load_splits
-from bnn_zoo.core.errors import CheckpointError, ConfigError
-from bnn_zoo.posterior import BAYES, HMC, TWIN, DropoutPosterior, Mixture, PointPosterior, SampledPosterior, ScaledPosterior, VariationalPosterior
 from bnn_zoo.runs.trained import posteriors
-from bnn_zoo.cli.train import config_for_run, train
 
 
 def twin_of(arch, dropout=0.0, seed=0):
@@ -177,7 +186,7 @@ def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(
     assert metrics["ensemble"][BAYES]["label"] == found[BAYES].label
     assert len(metrics["members"]) == 1 and "test/nll" in metrics["members"][0][BAYES]
     # every member fits the same data (the toy set is drawn from the run's seed, not the member's)
-    assert torch.equal(load_splits(other.config).train.x, load_splits(trained.config).train.x)
+    assert torch.equal(splits_of(other.config).train.x, splits_of(trained.config).train.x)
     if arch != "toy_mlp":  # the rules are certified for the mixtures: 4 guide samples, 2 x 4 MC dropout ones
         calibration = json.loads((run_dir / CALIBRATION).read_text())
         assert calibration[BAYES]["samples"] == 4 and calibration[TWIN]["samples"] == 4
@@ -266,9 +275,9 @@ def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensemb
     """The command line's answer is the certified rule applied to that posterior's draws."""
     from PIL import Image
 
-    from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.data.images import load_image
     from bnn_zoo.cli.predict import main
+    from bnn_zoo.data.images import load_image
+    from bnn_zoo.data.sets import load_torchvision, normalize
 
     run_dir, _ = ensembles["mnist_mlp"]
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)

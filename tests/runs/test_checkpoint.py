@@ -5,10 +5,11 @@ from conftest import ZOO, example_batch, tiny_config
 from pyro.infer import Trace_ELBO
 
 from bnn_zoo import load, predict
-from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT, digest, save_atomic, save_bayes, save_twin
 from bnn_zoo.abstain.certify import CUTS
 from bnn_zoo.core.errors import CheckpointError, ConfigError
-from bnn_zoo.runs.factory import build_from_config, twin_from_config
+from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES, TWIN_CHECKPOINT, digest, save_atomic, save_bayes, save_twin
+from bnn_zoo.runs.factory import build_networks, build_twin
+from bnn_zoo.runs.plan import Plan
 
 LEARNED = {"model.prior": "scale_mixture", "model.learn_prior": True, "model.noise": "homoscedastic"}
 OPTIONS = {"default": {}, "learned_mixture": LEARNED, "lowrank": {"model.guide": "lowrank"},
@@ -17,7 +18,7 @@ OPTIONS = {"default": {}, "learned_mixture": LEARNED, "lowrank": {"model.guide":
 
 def _trained_run(arch, options, run_dir, steps=3):
     cfg = tiny_config(arch, **options)
-    model, guide = build_from_config(cfg, num_data=64)
+    model, guide = build_networks(Plan.of(cfg).networks, num_data=64)
     optimizer = torch.optim.Adam([*guide.parameters(), *model.parameters()], lr=1e-2)
     x, y = example_batch(arch, 16)
     loss_fn = Trace_ELBO()(model, guide)
@@ -26,7 +27,7 @@ def _trained_run(arch, options, run_dir, steps=3):
         loss_fn(x, y).backward()
         optimizer.step()
     save_bayes(run_dir / CHECKPOINT, cfg, "run-1", steps, 64, model, guide, optimizer, [])
-    twin = twin_from_config(cfg)
+    twin = build_twin(Plan.of(cfg).networks)
     with torch.no_grad():
         for p in twin.parameters():
             p.add_(0.1)  # not its initialization
@@ -195,11 +196,11 @@ SHIPPED_DATA = {"mnist_mlp": "mnist", "lenet": "mnist", "lenet_fashion": "fashio
 
 @pytest.mark.parametrize("name", list(SHIPPED_DATA))
 def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
-    from bnn_zoo.abstain.rule import DENSITY
     from bnn_zoo.abstain.certify import density_cuts
+    from bnn_zoo.abstain.rule import DENSITY
     from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.runs.trained import posteriors
     from bnn_zoo.runs.loading import SHIPPED, shipped_names
+    from bnn_zoo.runs.trained import posteriors
 
     assert name in shipped_names()
     for path in (SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"):
@@ -272,9 +273,9 @@ def test_loading_on_a_device_this_machine_lacks_says_so(tmp_path):
 def test_a_checkpoint_written_on_cuda_answers_on_the_cpu_and_back(tmp_path):
     """Trained on the GPU, loaded on the CPU (its tensors mapped there), resumed on the CPU and
     loaded on the GPU again: the same weights, the same answers on the same draws."""
-    from bnn_zoo.runs.trained import posteriors
-    from bnn_zoo.runs.resume import config_for_run
     from bnn_zoo.cli.train import train
+    from bnn_zoo.runs.resume import config_for_run
+    from bnn_zoo.runs.trained import posteriors
 
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), device="cuda", **{"train.epochs": 4, "train.eval_every": 2}))
     on_gpu, on_cpu = load(tmp_path, "cuda"), load(tmp_path, "cpu")

@@ -8,10 +8,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bnn_zoo.core.errors import CheckpointError, ConfigError, show
 from bnn_zoo.runs.checkpoint import stored_config
+from bnn_zoo.runs.checks import pick_device
 from bnn_zoo.runs.config import Config, config_names, load_config, make_config, resolved
-from bnn_zoo.runs.checks import pick_device, recipe, show
-from bnn_zoo.core.errors import CheckpointError, ConfigError
+from bnn_zoo.runs.plan import recipe
 
 
 def test_shipped_configs_load_and_hold_only_differences():
@@ -175,7 +176,7 @@ KWARGS = "a mapping of the network's keyword arguments (for example {width: 16})
                          "not [1, 2]")),
     ({"data": 3}, "bad config section 'data': a mapping of its keys (for example data: {download: True}), not 3"),
     ({"abstention": None}, ("bad config section 'abstention': a mapping of its keys (for example abstention: "
-                            "{calibrate: True}), not null")),
+                            "{certify: True}), not null")),
     ({"train": {"epochs": [1]}}, "bad config key 'train.epochs': must be a whole number, not [1]"),
     ({"train": {"batch_size": None}}, "bad config key 'train.batch_size': must be a whole number, not null"),
     ({"arch": None}, "bad config key 'arch': must be a string, not null"),

@@ -1,10 +1,10 @@
 import json
 
 import pytest
+from helpers import fill, remount_readonly, tmpfs
 
 from bnn_zoo.core.errors import StorageError
 from bnn_zoo.runs.files import check_writable, make_folder, open_lock, read_json, write_atomic
-from helpers import fill, remount_readonly, tmpfs
 
 
 def test_a_planted_link_at_the_temporary_name_is_not_written_through(tmp_path):

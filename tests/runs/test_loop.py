@@ -8,11 +8,12 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from bnn_zoo.cli.train import config_for_run, train
 from bnn_zoo.runs.checkpoint import CHECKPOINT, TWIN_CHECKPOINT, read
 from bnn_zoo.runs.config import make_config, resolved
 from bnn_zoo.runs.loop import evaluation_interval
 from bnn_zoo.runs.phases import BayesPhase, TwinPhase
-from bnn_zoo.cli.train import config_for_run, train
+from bnn_zoo.runs.plan import Plan
 
 # a table of 100 rows: 64 to train on, 16 to validate (a fifth of the 80 left), 20 to test
 ROWS, TRAIN_ROWS = 100, 64
@@ -43,9 +44,12 @@ def test_train_steps_plan_the_epochs_from_the_training_rows(tmp_path):
     assert metrics["config"]["data"]["val_size"] == 16 and metrics["config"]["train"]["epochs"] is None
     cfg = table_config(tmp_path, **{"train.epochs": "null", "train.steps": 10, "train.batch_size": 16,
                                     "train.twin_epochs": 5})
-    assert BayesPhase(cfg, TRAIN_ROWS, "cpu").epochs == 3 and TwinPhase(cfg, TRAIN_ROWS, "cpu").epochs == 5
+    plan = Plan.of(cfg)
+    assert BayesPhase(plan.networks, plan.train, TRAIN_ROWS, "cpu").epochs == 3
+    assert TwinPhase(plan.networks, plan.train, TRAIN_ROWS, "cpu").epochs == 5
     cfg = table_config(tmp_path, **{"train.epochs": "null", "train.steps": 1, "train.batch_size": 1000})
-    assert BayesPhase(cfg, 10 ** 6, "cpu").epochs == 1  # a plan shorter than an epoch trains one
+    plan = Plan.of(cfg)
+    assert BayesPhase(plan.networks, plan.train, 10 ** 6, "cpu").epochs == 1  # a plan shorter than an epoch trains one
 
 
 def test_eval_every_null_evaluates_about_50_times_a_run():

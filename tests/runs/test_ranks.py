@@ -13,13 +13,15 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import tiny_config
+from helpers import first_by_default
 
 from bnn_zoo import load
-from bnn_zoo.runs.checkpoint import CHECKPOINT, read
-from bnn_zoo.runs.ranks import Ranks
 from bnn_zoo.core.errors import ConfigError, TrainingError
+from bnn_zoo.runs.checkpoint import CHECKPOINT, read
 from bnn_zoo.runs.loop import adam
 from bnn_zoo.runs.phases import BayesPhase, TwinPhase
+from bnn_zoo.runs.plan import Plan
+from bnn_zoo.runs.ranks import Ranks
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +46,8 @@ def _config(kind: str):
 def _phase(kind: str, cfg):
     pyro.set_rng_seed(0)  # the same initial parameters in every process
     with pyro.settings.context(module_local_params=True):
-        return TwinPhase(cfg, 1000, CPU) if kind == "twin" else BayesPhase(cfg, num_data=1000, device=CPU)
+        networks = Plan.of(cfg).networks
+        return TwinPhase(networks, cfg.train, 1000, CPU) if kind == "twin" else BayesPhase(networks, cfg.train, num_data=1000, device=CPU)
 
 
 def _one_step(rank: int, port: int, kind: str, out: str) -> None:
@@ -68,7 +71,7 @@ def _one_step(rank: int, port: int, kind: str, out: str) -> None:
                    Path(out) / f"{rank}.pt")
 
 
-@pytest.mark.parametrize("kind", ["bayes", "traced", "twin"])
+@pytest.mark.parametrize("kind", first_by_default(["bayes", "traced", "twin"]))
 def test_one_step_on_two_ranks_is_the_single_process_step_on_the_global_batch(kind, tmp_path):
     """Two gloo ranks, each on its half of a minibatch of 10 with its own draws: after DDP's
     averaging, their gradients and Adam's update are those of one process taking the mean of the
@@ -124,6 +127,7 @@ def _rank_pids(run_dir: Path, rank: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
     """A two-rank toy run whose rank 1 is killed (kill -9) after a checkpoint stops with torchrun's
     word on which rank died; its checkpoint loads, and resuming on two ranks ends at the weights of
@@ -151,6 +155,7 @@ def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
         assert torch.allclose(value, b["guide"][name], atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_one_rank_under_torchrun_trains_through_ddp_as_one_process_trains(tmp_path):
     """torchrun with one rank takes the distributed path (a process group, DDP; NCCL on a GPU, which
     scripts/gpu_check.py runs): it ends at the weights of the plain run, draw for draw."""
@@ -186,6 +191,7 @@ def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_pa
     assert (tmp_path / "config.yaml").read_text() == "arch: toy_mlp\n"
 
 
+@pytest.mark.slow
 def test_a_rank_whose_peers_never_come_stops_in_one_line(tmp_path):
     """One rank of two started alone (the other never launched) waited 30 minutes in silence; it
     waits BNN_ZOO_RENDEZVOUS_SECONDS, then says who was missing where and how to launch them all.
@@ -319,6 +325,7 @@ def _gloo_threads_after(rank: int, port: int, out: str, fails: bool) -> None:
     (Path(out) / f"{rank}.txt").write_text(" ".join(left))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the threads from Linux's /proc")
 @pytest.mark.parametrize("fails", [False, True], ids=["ends", "raises"])
 def test_leaving_the_ranks_joins_gloo_s_threads(tmp_path, fails):

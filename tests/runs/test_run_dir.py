@@ -8,10 +8,10 @@ import pytest
 from conftest import tiny_config
 
 from bnn_zoo import load
-from bnn_zoo.runs.checkpoint import CHECKPOINT, TWIN_CHECKPOINT
-from bnn_zoo.core.errors import ConfigError, DataError, StorageError
-from bnn_zoo.runs.run_dir import claim, existing_run, write_atomic
 from bnn_zoo.cli.train import config_for_run, train
+from bnn_zoo.core.errors import ConfigError, DataError, StorageError
+from bnn_zoo.runs.checkpoint import CHECKPOINT, TWIN_CHECKPOINT
+from bnn_zoo.runs.run_dir import claim, existing_run, write_atomic
 
 TOY = {"train.epochs": 4, "train.eval_every": 2}
 
@@ -74,6 +74,7 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     assert path.read_text() == "old"
 
 
+@pytest.mark.slow
 def test_a_crash_mid_training_leaves_a_checkpoint_that_resumes(tmp_path):
     """kill -9 in the middle of a run: the checkpoint of the last evaluated epoch is whole."""
     code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
@@ -139,6 +140,7 @@ def test_every_members_config_is_checked_before_the_first_trains(tmp_path):
     assert not (tmp_path / CHECKPOINT).exists()
 
 
+@pytest.mark.slow
 def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
     """kill -9 while member 2 trains (before or after its first checkpoint), then resume=RUN."""
     code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
