@@ -9,6 +9,7 @@ from bnn_zoo import load, predict
 from bnn_zoo.abstain.metrics import detection
 from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
 from bnn_zoo.cli.evaluate import main
+from bnn_zoo.data.corruptions import CORRUPTIONS
 from bnn_zoo.data.ood_sets import load_notmnist
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution
@@ -39,11 +40,13 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert rows["cost/parameters"] == [str(r.cost.parameters) for r in (bayes, twin, scaled)]
     per_set = ["refused", "refused_by_quantile_rule", "mean_entropy", *(f"{by}/{m}" for by in (
         "by_entropy", "by_mutual_information", "by_feature_density") for m in ("auroc", "aupr", "fpr95"))]
-    figures = [*(f"test/{f.name}" for f in fields(InDistribution) if f.name != "sets_by_target"),
+    figures = [*(f"test/{f.name}" for f in fields(InDistribution) if f.name not in ("sets_by_target", "alarm")),
                *(f"test/sets_by_target/{t}/{k}" for t in ("0.9", "0.95", "0.99") for k in ("coverage", "size")),
                *(f"cost/{f.name}" for f in fields(Cost)), *(f"rule/{f.name}" for f in fields(Rule)),
-               *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
-    assert len(figures) == 13 + 6 + 3 + 4 + 2 * 12 and set(figures) <= set(rows)
+               *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set),
+               *(f"shift/{c}/{k}" for c in CORRUPTIONS for k in ("refused", "accuracy_accepted", "wrong", "accuracy"))]
+    assert len(figures) == 13 + 6 + 3 + 4 + 2 * 12 + 15 * 4 and set(figures) <= set(rows)
+    assert rows["test/alarm/stream"] == ["200"] * 3 and rows["shift/fog/alarm/alpha"] == ["0.0100"] * 3  # the alarm's
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -60,7 +63,7 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert bayes.ood["notmnist"].mean_entropy == pytest.approx(uncertainty(ood_probs)["entropy"].mean().item())
     main(args)
     again = Evaluation.from_dict(json.loads((tiny_run / "eval.json").read_text())).posteriors[BAYES]
-    assert (again.test, again.ood) == (bayes.test, bayes.ood)  # seeded (the timings differ)
+    assert (again.test, again.ood, again.shift) == (bayes.test, bayes.ood, bayes.shift)  # seeded (the timings differ)
     assert bayes.cost.predict_seconds > 0 and bayes.cost.parameters == 2 * (784 * 32 + 32 + 330)
 
 
