@@ -437,3 +437,33 @@ def test_tables_runs_the_documented_line_and_its_ensemble_beside_the_baselines(t
     assert row["linear"]["accuracy"] == 1.0 and row["mean"]["accuracy"] == pytest.approx(0.2)
     assert row["command"].startswith("python -m bnn_zoo.train table_classification data.path=")
     assert f"| iris | 0 | {row['bayes']['accuracy']:.2%} / {row['bayes']['nll']:.3f} |" in capsys.readouterr().out
+
+
+def test_the_clopper_pearson_bound_of_the_alarm_rates():
+    bound = load_script("alarm_rates").upper_bound
+    assert bound(0, 200) == pytest.approx(1 - 0.05 ** (1 / 200), rel=1e-6)  # (1 - p)^n = 0.05
+    assert bound(200, 200) == 1.0 and bound(2, 200) == pytest.approx(0.0311, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_alarm_rates_counts_the_alarms_it_prints(shared_data, tmp_path, capsys):
+    """The shipped lenet's twins: false alarms over streams of test digits, and per corruption the
+    median input of the first alarm over orders, each what the alarm itself gives."""
+    script = load_script("alarm_rates")
+    out = tmp_path / "rates.json"
+    assert script.main(["lenet", "--posteriors", "twin", "--streams", "4", "--length", "300", "--orders", "3",
+                        "--data-root", str(shared_data), "--json", str(out)]) == 0
+    printed, found = capsys.readouterr().out, json.loads(out.read_text())["twin"]
+    assert f"false alarms on 4 streams of 300 MNIST test inputs: {found['false_alarms']:.2%}" in printed
+    from bnn_zoo.abstain.shift import scores
+    from bnn_zoo.evaluation.under_shift import corrupted_sets
+    from bnn_zoo.runs.trained import posteriors
+
+    trained = load("lenet")
+    (_, x, _), = corrupted_sets(trained.config.data, ("fog",), str(shared_data), 500)
+    with pyro.settings.context(module_local_params=True):
+        s = scores(posteriors(trained)["twin"].predict(x, 100))  # three twins: deterministic
+    at = sorted(trained.alarm("twin", seed=k).update(s[torch.randperm(500, generator=torch.Generator().manual_seed(k))])
+                .alarm_at for k in range(3))
+    assert found["corruptions"]["fog"]["median_alarm_at"] == at[1]
+    assert f"  {'fog':<14} {at[1]:>15}" in printed
