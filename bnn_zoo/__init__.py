@@ -14,19 +14,30 @@ Usage::
 """
 from importlib.metadata import PackageNotFoundError, version
 
-from .bnn import BayesianNet, bayesian
-from .conformal import ConformalSets, calibrate_sets
-from .trained import Trained, load
-from .elbo import SplitELBO
-from .guides import DirectAutoNormal, make_guide
-from .ladder import posteriors
-from .likelihoods import Categorical, Gaussian
-from .sampling import predict  # bnn_zoo/predict.py, the command line, is callable as this function too
-from .priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
-from .reparam import LocalReparameterization
-from .temperature import fit_temperature
-from .twin import Twin
-from .zoo import ARCHITECTURES, build, make_net, make_twin
+from .abstain.conformal import ConformalSets, calibrate_sets
+from .abstain.temperature import fit_temperature
+from .core.architectures import ARCHITECTURES, build, make_net, make_twin
+from .core.bnn import BayesianNet, bayesian
+from .core.elbo import TraceKL_ELBO
+from .core.guides import DirectAutoNormal, make_guide
+from .core.likelihoods import Categorical, Gaussian
+from .core.predictive import predict  # bnn_zoo/predict.py is the command line alone
+from .core.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
+from .core.reparam import LocalReparameterization
+from .core.twin import Twin
+from .runs.loading import load
+from .runs.trained import Trained, posteriors
+
+
+def __getattr__(name: str):
+    """Names of earlier versions, kept with a warning: SplitELBO is TraceKL_ELBO."""
+    if name == "SplitELBO":
+        import warnings
+
+        warnings.warn("bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO", DeprecationWarning, stacklevel=2)
+        return TraceKL_ELBO
+    raise AttributeError(f"module 'bnn_zoo' has no attribute {name!r}")
+
 
 try:
     __version__ = version("bnn-zoo")
@@ -34,6 +45,6 @@ except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
-           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "TraceKL_ELBO", "Trained",
            "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
            "make_prior", "make_twin", "posteriors", "predict"]

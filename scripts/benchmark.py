@@ -62,7 +62,7 @@ def prediction_run(method: str, arch: str, device, num_samples: int, num_images:
     from pyro.infer import Predictive
 
     from bnn_zoo import build, predict
-    from bnn_zoo.zoo import architecture
+    from bnn_zoo.core.architectures import architecture
 
     model, guide = build(arch, num_data=55000)
     model.to(device)
@@ -81,7 +81,7 @@ def measure(spec: dict) -> dict:
     """Run one measurement (in this process) and return its figures."""
     import torch
 
-    from bnn_zoo.config_checks import pick_device
+    from bnn_zoo.runs.checks import pick_device
 
     torch.manual_seed(0)
     device = pick_device(spec["device"])
@@ -103,11 +103,12 @@ def gradient_variance(spec: dict) -> dict:
     same posterior (every sd set to ``posterior_sd``, a trained posterior's typical size)."""
     import torch
 
-    from bnn_zoo.config import load_config, resolved
-    from bnn_zoo.config_checks import pick_device
-    from bnn_zoo.data import load_torchvision, normalize
-    from bnn_zoo.errors import DataError
-    from bnn_zoo.phases import BayesPhase
+    from bnn_zoo.core.errors import DataError
+    from bnn_zoo.data.sets import load_torchvision, normalize
+    from bnn_zoo.runs.checks import pick_device
+    from bnn_zoo.runs.config import load_config, resolved
+    from bnn_zoo.runs.phases import BayesPhase
+    from bnn_zoo.runs.plan import Plan
 
     device = pick_device(spec["device"])
     try:
@@ -121,7 +122,8 @@ def gradient_variance(spec: dict) -> dict:
         torch.manual_seed(0)
         cfg = resolved(load_config(spec["arch"], [f"model.reparam={reparam}",
                                                   f"model.init_scale={spec['posterior_sd']}"]))
-        phase = BayesPhase(cfg, 55000, device)
+        plan = Plan.of(cfg)
+        phase = BayesPhase(plan.networks, plan.train, 55000, device)
         guide, loss_fn = phase.guide, phase.loss
         grads = {"loc": [], "scale": []}
         for _ in range(spec["draws"]):

@@ -5,7 +5,7 @@ so the difference between the modes can be read against the spread between seeds
 
 The compiled step draws the same numbers as Pyro's step but rounds differently (fused float32
 arithmetic), so two runs of one seed drift apart over the epochs as two seeds would, only slower;
-``tests/test_capture.py`` checks the step itself against Pyro's to float tolerance.
+``tests/core/test_captured_step.py`` checks the step itself against Pyro's to float tolerance.
 
 Usage: python scripts/capture_parity.py [--arch mnist_mlp] [--seeds 0 1] [--out runs/parity]
            [--json parity.json] [--override train.epochs=10 ...]
@@ -15,10 +15,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from bnn_zoo import cli
-from bnn_zoo.config import load_config
-from bnn_zoo.evaluate import evaluate_run
-from bnn_zoo.train import train
+from bnn_zoo.cli import options as cli
+from bnn_zoo.cli.train import train
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.runs.config import load_config
 
 MODES = ("compile", "eager")
 FIGURES = ("accuracy", "nll", "auroc notmnist", "auroc fashion_mnist")
@@ -40,7 +40,7 @@ def parity(arch: str, seeds: list[int], out: Path, data_root: str | None, sample
         for mode in MODES:
             run_dir = out / f"{arch}_{mode}_seed{seed}"
             run_overrides = [f"seed={seed}", f"train.capture={mode}", f"run_dir={run_dir}", "overwrite=true",
-                         "train.twin=false", "abstention.calibrate=false", "train.progress=false",
+                         "train.twin=false", "abstention.certify=false", "train.progress=false",
                          *([f"data.root={data_root}"] if data_root else []), *overrides]
             metrics = train(load_config(arch, run_overrides))
             results[mode][seed] = {**figures(run_dir, data_root, samples, ood_size),

@@ -16,10 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bnn_zoo import cli
-from bnn_zoo.errors import ConfigError
-from bnn_zoo.files import write_atomic
 from _child import provenance
+
+from bnn_zoo.cli import options as cli
+from bnn_zoo.core.errors import ConfigError
+from bnn_zoo.runs.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +31,7 @@ def examples_per_second(ranks: int, config: str, epochs: int, overrides: list[st
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone",
                    "-m", "bnn_zoo.train", config, f"run_dir={folder}/run", f"train.epochs={epochs}",
                    f"train.eval_every={epochs}", "train.progress=false", "train.twin=false", "train.test_samples=1",
-                   "train.val_samples=1", "abstention.calibrate=false", *overrides,
+                   "train.val_samples=1", "abstention.certify=false", *overrides,
                    *([f"data.root={data_root}"] if data_root else [])]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})

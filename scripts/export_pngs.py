@@ -9,8 +9,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from bnn_zoo import cli
-from bnn_zoo.data import CLASS_NAMES, TORCHVISION_SETS, load_torchvision
+from bnn_zoo.cli import options as cli
+from bnn_zoo.data.sets import CLASS_NAMES, TORCHVISION_SETS, load_torchvision
 
 
 def export(name: str, out: Path, per_class: int, test_per_class: int, root: str | None = None) -> dict[str, int]:

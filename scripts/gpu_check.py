@@ -53,7 +53,7 @@ def train(arch: str, capture: str, out: Path, data_root: str, epochs: int, resum
     run_dir = out / "runs" / f"{arch}-{capture}"
     args = ([f"resume={run_dir}"] if resume else [arch, f"run_dir={run_dir}", "overwrite=true"]) + [
         f"train.epochs={epochs}", f"train.capture={then or capture}", "device=cuda", f"data.root={data_root}",
-        "train.progress=false", "train.twin=false", "abstention.calibrate=false", "train.eval_every=1"]
+        "train.progress=false", "train.twin=false", "abstention.certify=false", "train.eval_every=1"]
     code, tail, seconds = run([sys.executable, "-m", "bnn_zoo.train", *args], timeout=240)
     if code != 0:
         return {"ok": False, "error": tail, "seconds": seconds}
@@ -66,7 +66,7 @@ def predict_seconds(run_dir: Path, data_root: str) -> float:
     """The median of three timed predictions (after one that compiles) of 100 samples on the 10,000
     test images, in a process of its own."""
     code = (
-        "import time, statistics, torch, pyro, bnn_zoo; from bnn_zoo.data import load_torchvision, normalize; "
+        "import time, statistics, torch, pyro, bnn_zoo; from bnn_zoo.data.sets import load_torchvision, normalize; "
         f"t = bnn_zoo.load({str(run_dir)!r}, 'cuda'); "
         f"x = normalize(load_torchvision('mnist', {data_root!r}, train=False, download=False)[0]).cuda(); "
         "p = bnn_zoo.posteriors(t)['bayes']; times = []\n"
@@ -120,7 +120,7 @@ def check_torchrun(out: Path, data_root: str) -> dict:
         run_dir = out / "runs" / f"ddp-{name}"
         code, tail, seconds = run([*launcher, "mnist_mlp", f"run_dir={run_dir}", "overwrite=true", "train.epochs=1",
                                    "device=cuda", f"data.root={data_root}", "train.progress=false", "train.twin=false",
-                                   "abstention.calibrate=false", "train.capture=eager"], timeout=240)
+                                   "abstention.certify=false", "train.capture=eager"], timeout=240)
         if code != 0:
             return {"ok": False, "error": f"{name}: {tail}"}
         figures[name] = json.loads((run_dir / "metrics.json").read_text())["bayes"]["history"][0]["loss"]

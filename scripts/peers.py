@@ -79,9 +79,10 @@ def bayes_by_backprop(net, prior_scale: float = 1.0, init_scale: float = INIT_SC
 def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
     import pyro
 
-    from bnn_zoo.config import load_config, resolved
-    from bnn_zoo.loop import adam
-    from bnn_zoo.phases import BayesPhase
+    from bnn_zoo.runs.config import load_config, resolved
+    from bnn_zoo.runs.loop import adam
+    from bnn_zoo.runs.phases import BayesPhase
+    from bnn_zoo.runs.plan import Plan
 
     pyro.settings.set(module_local_params=True)  # as python -m bnn_zoo.train runs
 
@@ -90,7 +91,8 @@ def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
 
     overrides = [f"train.capture={capture}", f"train.batch_size={batch_size}", f"train.lr={LR}",
                  f"model.init_scale={INIT_SCALE}", *([f"model.hidden={hidden}"] if hidden else [])]
-    phase = BayesPhase(resolved(load_config(arch, overrides)), NUM_DATA, device, log=refuse)
+    plan = Plan.of(resolved(load_config(arch, overrides)))
+    phase = BayesPhase(plan.networks, plan.train, NUM_DATA, device, log=refuse)
     optimizer = adam(phase.parameters(), LR)
 
     def step(x, y):
@@ -132,7 +134,7 @@ def _tyxe(net, regression: bool, device):
 def _bayesian_torch(net, kind: str, device):
     from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
 
-    from bnn_zoo.loop import adam
+    from bnn_zoo.runs.loop import adam
 
     dnn_to_bnn(net, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0,
                      "posterior_rho_init": math.log(math.expm1(INIT_SCALE)), "type": kind, "moped_enable": False})
@@ -156,7 +158,7 @@ def _blitz(net, device):
     from blitz.modules import BayesianConv2d, BayesianLinear
     from torch import nn
 
-    from bnn_zoo.loop import adam
+    from bnn_zoo.runs.loop import adam
 
     rho = math.log(math.expm1(INIT_SCALE))
     prior = {"prior_sigma_1": 1.0, "prior_sigma_2": 1.0, "prior_pi": 1.0, "posterior_rho_init": rho}
@@ -185,8 +187,8 @@ def training_step(contender: str, arch: str, hidden, batch_size: int, device):
     returns the minibatch's loss (in the contender's own scaling)."""
     import torch
 
-    from bnn_zoo.loop import adam
-    from bnn_zoo.zoo import make_net
+    from bnn_zoo.core.architectures import make_net
+    from bnn_zoo.runs.loop import adam
 
     if contender in CAPTURE:
         return _zoo(CAPTURE[contender], arch, hidden, batch_size, device)
@@ -228,8 +230,8 @@ def measure(spec: dict) -> dict:
     ``warmup`` steps, which include any capture and compilation), and the warm-up's seconds."""
     import torch
 
-    from bnn_zoo.config_checks import pick_device
-    from bnn_zoo.zoo import architecture
+    from bnn_zoo.core.architectures import architecture
+    from bnn_zoo.runs.checks import pick_device
 
     arch, hidden, batch_size = SHAPES[spec["shape"]]
     if spec["shape"] == "tiny":

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pyro
 
-from bnn_zoo import cli, plots, predict
-from bnn_zoo.abstention import Rule
-from bnn_zoo.inputs import pixel_inputs
-from bnn_zoo.evaluate import in_distribution, load_for_evaluation
-from bnn_zoo.files import write_atomic
-from bnn_zoo.ood import ood_images
-from bnn_zoo.sampling import seeded
-from bnn_zoo.pruning import SCORES, posterior_loc_scale, prune_masks
+from bnn_zoo import predict
+from bnn_zoo.abstain.rule import Rule
+from bnn_zoo.cli import options as cli
+from bnn_zoo.core.predictive import seeded
+from bnn_zoo.core.pruning import SCORES, posterior_loc_scale, prune_masks
+from bnn_zoo.data.inputs import pixel_inputs
+from bnn_zoo.data.ood_sets import ood_images
+from bnn_zoo.evaluation import plots
+from bnn_zoo.evaluation.evaluate import in_distribution, load_for_evaluation
+from bnn_zoo.runs.files import write_atomic
 
 LEVELS = [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99]
 COLUMNS = {"accuracy": "accuracy", "nll": "NLL", "refused_mnist": "refused MNIST",
@@ -29,7 +31,7 @@ def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshol
                  ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     x, labels = x.to(trained.device), labels.to(trained.device)
-    letters = pixel_inputs(trained.config, ood_images("notmnist", root, ood_size)).to(trained.device)
+    letters = pixel_inputs(trained.config.data, ood_images("notmnist", root, ood_size)).to(trained.device)
     rows = {by: [] for by in SCORES}
     for by in SCORES:
         for level in levels:

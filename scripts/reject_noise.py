@@ -6,7 +6,7 @@ Usage: python scripts/reject_noise.py runs/lenet [--samples 100] [--threshold 0.
 """
 import sys
 
-from bnn_zoo.reports import script_main
+from bnn_zoo.cli.rejection import script_main
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,7 @@ Usage: python scripts/reject_notmnist.py runs/lenet [--samples 100] [--threshold
 """
 import sys
 
-from bnn_zoo.reports import script_main
+from bnn_zoo.cli.rejection import script_main
 
 
 def main(argv=None) -> int:

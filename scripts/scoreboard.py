@@ -1,9 +1,9 @@
 """The out-of-distribution scoreboard: for each trained classifier run and every posterior it holds
 (its Bayesian network or ensemble, its twin with and without temperature scaling, MC dropout or
-deep ensemble, HMC: bnn_zoo.ladder), one table (markdown and JSON) and plots. In distribution:
+deep ensemble, HMC: bnn_zoo.posterior), one table (markdown and JSON) and plots. In distribution:
 accuracy, NLL, ECE, refused, accuracy on accepted, AURC, AUGRC, risk at 95% and 99% coverage, the
 certified conformal sets' coverage and size, and sets calibrated on validation at 90, 95 and 99%.
-Per OOD set (the far ones, and the near ones that bnn_zoo.ood builds from MNIST test digits and the
+Per OOD set (the far ones, and the near ones that bnn_zoo.data.ood_sets builds from MNIST test digits and the
 machine's fonts): refused under the run's certified rule and under the quantile rule, AUROC / AUPR
 / FPR95 by entropy and by mutual information, AUROC by the feature density, and for overlaid digits
 the share refused or answered with a set holding both. Then the ladder: one row per posterior with
@@ -19,17 +19,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bnn_zoo import cli, plots
-from bnn_zoo.checkpoint import MEMBERS
-from bnn_zoo.errors import ConfigError
-from bnn_zoo.evaluate import DEFAULT_OOD, Evaluation, InDistribution, OODResult, PosteriorResult, default_ood, evaluate_run, ood_name
-from bnn_zoo.files import check_writable, make_folder, read_json, write_atomic
-from bnn_zoo.ladder import BAYES, HMC, TWIN, TWIN_SCALED
-from bnn_zoo.references import TARGETS
-from bnn_zoo.ood import NEAR, font_files
-from bnn_zoo.own_data import OWN_DATA
-from bnn_zoo.trained import load
 from _child import provenance
+
+from bnn_zoo.cli import options as cli
+from bnn_zoo.cli.evaluate import ood_name
+from bnn_zoo.core.errors import ConfigError
+from bnn_zoo.data.ood_sets import NEAR, font_files
+from bnn_zoo.data.own import OWN_DATA
+from bnn_zoo.evaluation import plots
+from bnn_zoo.evaluation.evaluate import (
+    DEFAULT_OOD,
+    Evaluation,
+    InDistribution,
+    OODResult,
+    PosteriorResult,
+    default_ood,
+    evaluate_run,
+)
+from bnn_zoo.evaluation.split_fits import TARGETS
+from bnn_zoo.posterior import BAYES, KINDS, TWIN
+from bnn_zoo.runs.checkpoint import MEMBERS
+from bnn_zoo.runs.files import check_writable, make_folder, read_json, write_atomic
+from bnn_zoo.runs.loading import load
 
 # (header, shown in percent, the figure): the in-distribution columns, then those per OOD set
 IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
@@ -114,26 +125,19 @@ def score(run_dir: str, samples: int, ood_size: int, near_size: int, train_secon
 
 
 def training_seconds(run_dir: str) -> dict[str, float]:
-    """Seconds each posterior took to train, from metrics.json: epochs x the median seconds per
-    epoch (robust to epochs that shared the CPU), summed over an ensemble's members; nothing for a
-    shipped posterior, which has no metrics.json."""
+    """Seconds each posterior took to obtain (``Posterior.training_seconds`` of each registered
+    kind), from metrics.json and the ensemble members'; nothing for a shipped posterior, which has
+    no metrics.json."""
     runs = [Path(run_dir), *sorted(Path(run_dir, MEMBERS).glob("*"))]
     paths = [r / "metrics.json" for r in runs if (r / "metrics.json").is_file()]
     fix = "train the run again, or delete the file to leave its training time out"
     metrics = [read_json(path, "metrics file bnn-zoo wrote", fix) for path in paths]
-    seconds = {}
     try:
-        for part in (BAYES, TWIN):
-            if metrics and part in metrics[0]:
-                seconds[part] = sum(m[part]["seconds_per_epoch"] * len(m[part]["history"]) for m in metrics if part in m)
-        if TWIN in seconds:
-            seconds[TWIN_SCALED] = seconds[TWIN]  # its temperature is fitted in calibration's seconds
-        if metrics and HMC in metrics[0]:
-            seconds[HMC] = seconds.get(BAYES, 0.0) + metrics[0][HMC]["seconds"]  # NUTS starts after SVI
+        seconds = {name: kind.training_seconds(metrics) for name, kind in KINDS.items()}
     except (KeyError, TypeError, AttributeError) as err:
         raise ConfigError(f"{' or '.join(map(str, paths))} lacks the training times the scoreboard reads "
                           f"({err.__class__.__name__}: {err}); {fix}") from None
-    return seconds
+    return {name: s for name, s in seconds.items() if s is not None}
 
 
 def _cell(value, percent: bool) -> str:
@@ -193,7 +197,7 @@ def ladder_table(runs: dict[str, ScoredRun]) -> str:
 
 def density_table(runs: dict[str, ScoredRun]) -> str:
     """The third signal on the ladder: per posterior with a point network (a guide at its mean, a
-    twin), the AUROC of its feature density (bnn_zoo.density) per OOD set and over the near sets."""
+    twin), the AUROC of its feature density (bnn_zoo.abstain.density) per OOD set and over the near sets."""
     sets = all_sets(runs)
     lines = ["| posterior | " + " | ".join(f"density AUROC {n}" for n in sets) + " | near (mean) |",
              "|" + " --- |" * (len(sets) + 2)]

@@ -11,12 +11,13 @@ import sys
 
 import pyro
 
-from bnn_zoo import cli
-from bnn_zoo.calibrate import certify_trained, validation_set
-from bnn_zoo.checkpoint import TWIN_SCALED, read, save_atomic
-from bnn_zoo.ladder import sampled_probs
-from bnn_zoo.sampling import seeded
-from bnn_zoo.trained import SHIPPED, load, shipped_names
+from bnn_zoo.cli import options as cli
+from bnn_zoo.cli.certify import certify_trained, validation_set
+from bnn_zoo.core.predictive import seeded
+from bnn_zoo.posterior import TWIN_SCALED
+from bnn_zoo.runs.checkpoint import read, save_atomic
+from bnn_zoo.runs.loading import SHIPPED, load, shipped_names
+from bnn_zoo.runs.trained import sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)

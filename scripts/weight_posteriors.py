@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 
-from bnn_zoo import cli, load, plots
-from bnn_zoo.pruning import posterior_loc_scale
+from bnn_zoo import load
+from bnn_zoo.cli import options as cli
+from bnn_zoo.core.pruning import posterior_loc_scale
+from bnn_zoo.evaluation import plots
 
 
 def summary(loc_scale: dict) -> str:

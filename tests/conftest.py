@@ -6,9 +6,9 @@ import pyro
 import pytest
 import torch
 
-from bnn_zoo.config import make_config, resolved
-from bnn_zoo.config_checks import pick_device
-from bnn_zoo.zoo import ARCHITECTURES, TABLE
+from bnn_zoo.core.architectures import ARCHITECTURES, TABLE
+from bnn_zoo.runs.checks import pick_device
+from bnn_zoo.runs.config import make_config, resolved
 
 # The registered recipes with data sets of their own (table_mlp reads yours: test_loop and test_train train it)
 ZOO = [name for name in ARCHITECTURES if name != TABLE]
@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="session")
 def own_trust_list(tmp_path_factory):
-    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.trust)."""
+    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.cli.trust)."""
     os.environ["BNN_ZOO_HOME"] = str(tmp_path_factory.mktemp("bnn_zoo_home"))
 
 
@@ -84,7 +84,7 @@ def tiny_config(arch: str, **overrides):
 def tiny_run(tmp_path_factory):
     """A small mnist_mlp trained for two epochs on 1,000 MNIST images, about 83% accurate (skips
     without the data)."""
-    from bnn_zoo.train import train
+    from bnn_zoo.cli.train import train
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -110,11 +110,11 @@ def certified_run(tiny_run, tmp_path_factory):
     """A copy of the tiny run with rules certified at a risk its 128 validation images can bear."""
     import shutil
 
-    from bnn_zoo.calibrate import calibrate_run
+    from bnn_zoo.cli.certify import certify_run
 
     run_dir = tmp_path_factory.mktemp("certified") / "run"
     shutil.copytree(tiny_run, run_dir)
-    found = calibrate_run(run_dir, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
+    found = certify_run(run_dir, risk=0.4, delta=0.2, max_refusal=0.1, samples=4)
     assert "rule" in found["bayes"] and "rule" in found["twin"], found
     return run_dir
 
@@ -125,10 +125,19 @@ def uncertified_run(tiny_run, tmp_path_factory):
     conformal sets answer: calibrated at 80% coverage on 4 posterior samples (a class or a few each)."""
     import shutil
 
-    from bnn_zoo.calibrate import calibrate_run
+    from bnn_zoo.cli.certify import certify_run
 
     run_dir = tmp_path_factory.mktemp("uncertified") / "run"
     shutil.copytree(tiny_run, run_dir)
-    found = calibrate_run(run_dir, alpha=0.2, samples=4)
+    found = certify_run(run_dir, alpha=0.2, samples=4)
     assert "rule" not in found["bayes"] and found["bayes"]["sets"]["threshold"] is not None, found
     return run_dir
+
+
+def splits_of(cfg, device="cpu"):
+    """The splits a resolved config's plan reads (``load_splits`` of its data section)."""
+    from bnn_zoo.data.sets import load_splits
+    from bnn_zoo.runs.plan import Plan
+
+    plan = Plan.of(cfg)
+    return load_splits(plan.data, plan.categorical, plan.seed, device)

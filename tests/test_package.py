@@ -17,9 +17,9 @@ def state():
             "validation": pyro.infer.util.is_validation_enabled(), "dtype": str(torch.get_default_dtype()),
             "param_store": len(pyro.get_param_store())}
 before = state()
-import bnn_zoo, bnn_zoo.train, bnn_zoo.predict, bnn_zoo.plots, bnn_zoo.mcmc
+import bnn_zoo, bnn_zoo.cli.train, bnn_zoo.predict, bnn_zoo.evaluation.plots, bnn_zoo.core.nuts
 pyplot = "matplotlib.pyplot" in sys.modules
-import bnn_zoo.evaluate, bnn_zoo.reports  # torchmetrics, which they use, imports pyplot itself
+import bnn_zoo.evaluation.evaluate, bnn_zoo.evaluation.rejection  # torchmetrics, which they use, imports pyplot itself
 after = state()
 print(json.dumps({"same": before == after, "pyplot": pyplot,
                   "diff": {k: (before[k], after[k]) for k in before if before[k] != after[k]}}))
@@ -36,28 +36,76 @@ def test_importing_the_package_changes_nothing_global():
     assert not found["pyplot"]  # plots use matplotlib's Figure API: no pyplot, no backend chosen
 
 
+# The layers, lowest first: a module imports from its own subpackage and those below it, never above.
+LAYERS = ("core", "data", "abstain", "posterior", "runs", "evaluation", "page", "cli")
+ENTRIES = ("__init__", "train", "predict", "evaluate", "certify", "calibrate", "serve", "trust")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
 def _imports(path: Path) -> set[str]:
-    """The bnn_zoo modules a module imports (relative or absolute), at any depth of its code."""
+    """The bnn_zoo modules a module imports (relative or absolute, dotted under bnn_zoo), at any
+    depth of its code."""
+    here = _module(path).split(".")
+    package = here if path.name == "__init__.py" and path.parent != PACKAGE else here[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                names = [node.module] if node.module else [a.name for a in node.names]
-                found.update(n.split(".")[0] for n in names)
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                target = [*base, *(node.module.split(".") if node.module else [])]
+                if node.module:
+                    found.add(".".join(target))
+                else:
+                    found.update(".".join([*target, a.name]) for a in node.names)
             elif node.module and node.module.startswith("bnn_zoo."):
-                found.add(node.module.split(".")[1])
+                found.add(node.module[len("bnn_zoo."):])
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("bnn_zoo."))
+            found.update(a.name[len("bnn_zoo."):] for a in node.names if a.name.startswith("bnn_zoo."))
     return found
 
 
-def test_modules_import_one_way():
-    modules = {p.stem: _imports(p) for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    assert all(deps <= set(modules) for deps in modules.values()), modules
+def _layer(module: str) -> int:
+    top = module.split(".")[0]
+    return LAYERS.index(top) if top in LAYERS else len(LAYERS)  # the entry modules sit on top
+
+
+def test_modules_import_one_way_down_the_layers():
+    modules = {_module(p): _imports(p) for p in PACKAGE.rglob("*.py") if "shipped" not in p.parts}
+    known = set(modules)
+    for module, deps in modules.items():
+        for dep in deps:
+            if dep not in known:  # a name imported from a package's __init__
+                dep = dep.rpartition(".")[0]
+            assert dep in known, f"{module} imports {dep}, which is no module of the package"
+            assert _layer(dep) <= _layer(module), f"{module} ({LAYERS[_layer(module)] if _layer(module) < len(LAYERS) else 'entry'}) imports {dep}, a layer above it"
+    graph = {m: {d if d in known else d.rpartition(".")[0] for d in deps} - {m} for m, deps in modules.items()}
     order, done = [], set()
-    while len(done) < len(modules):
-        ready = sorted(m for m, deps in modules.items() if m not in done and deps <= done)
-        assert ready, f"import cycle among {sorted(set(modules) - done)}"
+    while len(done) < len(graph):
+        ready = sorted(m for m, deps in graph.items() if m not in done and deps <= done)
+        assert ready, f"import cycle among {sorted(set(graph) - done)}"
         order += ready
         done |= set(ready)
-    assert order.index("nets") < order.index("bnn") < order.index("zoo") < order.index("train")
+    top = [p.stem for p in PACKAGE.glob("*.py")]
+    assert sorted(top) == sorted(ENTRIES), top  # the top holds the entry points alone
+    assert len([d for d in PACKAGE.iterdir() if (d / "__init__.py").is_file() and d.name != "shipped"]) == len(LAYERS)
+
+
+def test_the_module_map_in_the_docs_is_the_package_s():
+    """docs/guides/modules.md names each room under a heading and each module in a row of its table:
+    every module of the package, none that is not."""
+    text = (PACKAGE.parent / "docs" / "guides" / "modules.md").read_text()
+    mapped, room = set(), None
+    for line in text.splitlines():
+        if line.startswith("## `"):
+            room = line[4:line.index("`", 4)]
+        elif room and line.startswith("| `"):
+            cell = line.split("|")[1]
+            mapped |= {f"{room}.{name}" for name in cell.replace("`", "").replace(" ", "").split(",")}
+    modules = {_module(p) for p in PACKAGE.rglob("*.py") if "shipped" not in p.parts
+               and p.parent != PACKAGE and p.name != "__init__.py"}
+    assert mapped == modules, (sorted(modules - mapped), sorted(mapped - modules))
+    assert [line[4:line.index("`", 4)] for line in text.splitlines() if line.startswith("## `")] == list(LAYERS)

@@ -29,7 +29,7 @@ def test_the_readme_s_pyro_quick_start_runs_as_written():
 
 
 def test_the_readme_s_shipped_quick_start_runs_as_written():
-    from bnn_zoo.data import normalize
+    from bnn_zoo.data.sets import normalize
 
     example = next(b for b in python_blocks(ROOT / "README.md") if b.startswith("import bnn_zoo"))
     found = {"x": normalize(torch.zeros(3, 28, 28, dtype=torch.uint8))}  # blank images

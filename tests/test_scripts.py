@@ -1,34 +1,23 @@
 """Every script in scripts/ runs with tiny settings (as Pyro's tests/test_examples.py does), and
 prints and writes the figures its library functions compute."""
-import importlib.util
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
 import pyro
 import pytest
 import torch
+from helpers import first_by_default, load_script
 
 from bnn_zoo import load, predict
-from bnn_zoo.data import load_torchvision, normalize
-from bnn_zoo.ladder import BAYES, TWIN
-from bnn_zoo.pruning import posterior_loc_scale
-from bnn_zoo.reports import rejection_report
+from bnn_zoo.core.pruning import posterior_loc_scale
+from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.evaluation.rejection import rejection_report
+from bnn_zoo.posterior import BAYES, TWIN
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 SCRIPTS = sorted(p for p in SCRIPTS_DIR.glob("*.py") if not p.name.startswith("_"))  # _child: their helper
-
-
-def load_script(name: str):
-    if str(SCRIPTS_DIR) not in sys.path:  # as `python scripts/NAME.py` has it: the scripts import _child
-        sys.path.insert(0, str(SCRIPTS_DIR))
-    path = SCRIPTS_DIR / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
@@ -38,6 +27,7 @@ def test_script_help(path, capsys):
     assert done.value.code == 0 and "usage" in capsys.readouterr().out.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, ood", [("reject_notmnist", "notmnist"), ("reject_noise", "noise")])
 def test_rejection_scripts_write_the_report(name, ood, tiny_run, tmp_path, capsys):
     out = tmp_path / "out"
@@ -81,6 +71,7 @@ def test_weight_posteriors_script_prints_the_quartiles(tiny_run, tmp_path, capsy
     assert (tmp_path / "w.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_benchmark_with_tiny_settings(shared_data, tmp_path, capsys):
     script = load_script("benchmark")
     out = tmp_path / "bench.json"
@@ -96,6 +87,7 @@ def test_benchmark_with_tiny_settings(shared_data, tmp_path, capsys):
     assert set(result["predict"]["mnist_mlp"]) == {"predict", "compiled", "loop"}
 
 
+@pytest.mark.slow
 def test_time_to_accuracy_stops_at_the_target(shared_data, tmp_path, capsys):
     script = load_script("time_to_accuracy")
     out = tmp_path / "tta.json"
@@ -109,6 +101,7 @@ def test_time_to_accuracy_stops_at_the_target(shared_data, tmp_path, capsys):
     assert f"train.capture=trace: reached after {runs['trace']['epochs']} epochs" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_capture_parity_trains_both_ways_and_tables_the_figures(shared_data, tmp_path, capsys):
     script = load_script("capture_parity")
     out = tmp_path / "parity.json"
@@ -124,22 +117,24 @@ def test_capture_parity_trains_both_ways_and_tables_the_figures(shared_data, tmp
     assert f"{compiled['accuracy']:.4f} / {eager['accuracy']:.4f}" in row
 
 
+@pytest.mark.slow
 def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data, tmp_path, monkeypatch, capsys):
     """On a copy of the shipped posteriors: the file gets the sets calibration would certify (the
     same draws), and its weights and rules stay as they were."""
     import shutil
 
-    import bnn_zoo.trained
-    from bnn_zoo.calibrate import certifying, validation_set
-    from bnn_zoo.conformal import calibrate_sets
-    from bnn_zoo.checkpoint import read, save_atomic
-    from bnn_zoo.ladder import sampled_probs
-    from bnn_zoo.sampling import seeded
+    import bnn_zoo.runs.loading
+    from bnn_zoo.abstain.conformal import calibrate_sets
+    from bnn_zoo.cli.certify import validation_set
+    from bnn_zoo.core.predictive import seeded
+    from bnn_zoo.posterior import certifying
+    from bnn_zoo.runs.checkpoint import read, save_atomic
+    from bnn_zoo.runs.trained import sampled_probs
 
     shipped = tmp_path / "posteriors"
-    shutil.copytree(bnn_zoo.trained.SHIPPED, shipped)
+    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
     script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.trained, "SHIPPED", shipped)
+    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
     monkeypatch.setattr(script, "SHIPPED", shipped)
     before = read(shipped / "mnist_mlp.pt")
     for part in ("bayes", "twin"):
@@ -159,7 +154,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
     assert f"mnist_mlp bayes: thr score <= {expected['bayes'].threshold:.4g} at 99%" in capsys.readouterr().out
     # and the temperature-scaled twin, fitted and certified on the same validation split
-    from bnn_zoo.temperature import fit_temperature
+    from bnn_zoo.abstain.temperature import fit_temperature
 
     with torch.no_grad():
         temperature = fit_temperature(trained.twin.net(x[:1000]), labels[:1000])  # the first fifth of 5,000
@@ -168,6 +163,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     assert scaled["sets"] == expected["twin_scaled"].to_dict() and scaled["rule"]["signal"] in ("entropy", None)
 
 
+@pytest.mark.slow
 def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
     script = load_script("peers")
     out = tmp_path / "peers.json"
@@ -193,8 +189,8 @@ def test_a_peer_not_installed_is_skipped_with_the_command_that_installs_it(monke
     assert script._child({"contender": "tyxe"}) == {"skipped": "No module named 'tyxe' (pip install -e .[bench])"}
 
 
-@pytest.mark.parametrize("contender", ["zoo", "zoo_traced", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
-                                       "twin"])
+@pytest.mark.parametrize("contender", first_by_default(["zoo", "zoo_traced", "bbb", "bbb_compiled", "tyxe", "bt_reparam",
+                                                        "bt_flipout", "blitz", "twin"]))
 def test_every_contender_of_the_peers_benchmark_learns(contender):
     """Each step the speed table times is a working trainer: on y = 3 sin(3x) the tiny network's
     loss falls by more than 30% over 300 steps (it holds a constant: 0.92 nats an example for a Gaussian)."""
@@ -244,7 +240,7 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     results = written["runs"][str(certified_run)]
     assert results["far"] == ["notmnist", "noise", "fashion_mnist"]
     assert results["near"] == ["letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank"]
-    from bnn_zoo.ood import font_files  # the fonts that drew the letters, recorded beside them
+    from bnn_zoo.data.ood_sets import font_files  # the fonts that drew the letters, recorded beside them
 
     assert results["letter_fonts"] == [Path(f).name for f in font_files()] and "DejaVuSans.ttf" in results["letter_fonts"]
     assert f"(letters drawn in {len(font_files())} fonts)" in printed
@@ -303,7 +299,7 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
-    from bnn_zoo import trained
+    from bnn_zoo.runs import loading as trained
 
     monkeypatch.setattr(trained, "SHIPPED", tmp_path)
     paths = trained.ship(certified_run, "tiny")
@@ -348,15 +344,15 @@ def test_scoreboard_refuses_bad_output_and_damaged_metrics_before_the_work(certi
 
 
 def test_export_pngs_writes_the_folder_layout_own_data_reads(shared_data, tmp_path, capsys):
-    from bnn_zoo.config import make_config, resolved
-    from bnn_zoo.own_data import read_own
+    from bnn_zoo.data.own import read_own
+    from bnn_zoo.runs.config import make_config, resolved
 
     out = tmp_path / "pngs"
     assert load_script("export_pngs").main(["fashion_mnist", str(out), "--per-class", "3", "--test-per-class", "2",
                                             "--data-root", str(shared_data)]) == 0
     assert f"{out}: 30 training and 20 test PNGs" in capsys.readouterr().out
     cfg = resolved(make_config({"arch": "lenet", "data": {"name": "folder", "path": str(out)}}))
-    train_part, test_part = read_own(cfg, True)
+    train_part, test_part = read_own(cfg.data, True)
     assert train_part.classes == sorted(["Ankle boot", "Bag", "Coat", "Dress", "Pullover", "Sandal", "Shirt", "Sneaker",
                                          "T-shirt_top", "Trouser"])
     images, labels = load_torchvision("fashion_mnist", str(shared_data), train=False, download=False)

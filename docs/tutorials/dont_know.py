@@ -3,8 +3,8 @@ digits and refuses letters and noise; an accepted digit comes with a 99% conform
 import torch
 
 import bnn_zoo
-from bnn_zoo.data import load_torchvision, normalize
-from bnn_zoo.ood import load_notmnist, white_noise
+from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.data.ood_sets import load_notmnist, white_noise
 
 trained = bnn_zoo.load("lenet")  # shipped inside the package: an ensemble of three mean-field guides
 bayes, rule, sets = bnn_zoo.posteriors(trained)["bayes"], trained.rules["bayes"], trained.sets["bayes"]

@@ -34,7 +34,7 @@ def run(*args: str) -> str:
     return done.stdout
 
 
-run("bnn_zoo.train", "arch=mynets:small_mlp", "model.kwargs.width=32", "data.name=csv", "data.path=shapes.csv",
+run("bnn_zoo.cli.train", "arch=mynets:small_mlp", "model.kwargs.width=32", "data.name=csv", "data.path=shapes.csv",
     "train.epochs=60", "train.lr=0.01", "abstention.risk=0.05", "run_dir=runs/shapes", "overwrite=true", "train.progress=false")
 print(run("bnn_zoo.predict", "runs/shapes", "new.csv"))
 answers = json.loads(run("bnn_zoo.predict", "runs/shapes", "new.csv", "--json"))

@@ -3,10 +3,10 @@ the same model, then compare their predictive spread inside and far outside the 
 import torch
 
 import bnn_zoo
-from bnn_zoo.config import load_config
-from bnn_zoo.ladder import posteriors
-from bnn_zoo.plots import variance_parts
-from bnn_zoo.train import train
+from bnn_zoo.runs.config import load_config
+from bnn_zoo.runs.trained import posteriors
+from bnn_zoo.evaluation.plots import variance_parts
+from bnn_zoo.cli.train import train
 
 # Small settings so the page builds in a few minutes: 1,000 epochs of SVI, 60 NUTS samples after 60 of warm-up
 # (NUTS is nearly all of its time, about 4 ms a gradient and up to 2^8 gradients a sample on two CPU cores).

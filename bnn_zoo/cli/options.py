@@ -1,0 +1,124 @@
+"""What the command lines share: their common options, each defined once, and one way to end on a
+user's mistake: a line on stderr and exit code 2, never a traceback.
+
+Usage::
+
+    parser = command_parser("python -m bnn_zoo.evaluate", __doc__)
+    add_sampling_options(parser)
+    args = parser.parse_args(argv)
+    return run(lambda: work(args))
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import textwrap
+from typing import Callable
+
+from ..core.errors import UserError
+from ..runs.checks import MAX_SAMPLES
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes end as the commands' others do: one line, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def command_parser(prog: str | None, doc: str) -> argparse.ArgumentParser:
+    """A parser whose description is the first paragraph of ``doc`` and whose epilog is the rest
+    (reStructuredText's double backquotes left out: a terminal shows them as they are)."""
+    first, _, rest = inspect.cleandoc(doc or "").replace("``", "").partition("\n\n")
+    return OneLineParser(prog=prog, description=first, epilog=rest or None,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def config_keys() -> str:
+    """Every key a run's config has, by section, from the config's own fields (for --help)."""
+    from omegaconf import OmegaConf
+
+    from ..runs.schema import Config
+
+    defaults = OmegaConf.to_container(OmegaConf.structured(Config))
+    top = [k for k, v in defaults.items() if not isinstance(v, dict)]
+    lines = [", ".join(top)] + [f"{name}.: {', '.join(v)}" for name, v in defaults.items() if isinstance(v, dict)]
+    wrapped = [textwrap.fill(line, 100, initial_indent="  ", subsequent_indent="      ") for line in lines]
+    return "the config's keys (each documented in bnn_zoo/config.py):\n" + "\n".join(wrapped)
+
+
+def count(text: str, least: int = 1, most: int | None = None, unit: str = "") -> int:
+    """An argparse type: a whole number from ``least`` to ``most`` (None: no bound), ``unit`` what
+    it counts (argparse names the option when it is out of range)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+    if most is not None and value > most:
+        raise argparse.ArgumentTypeError(f"at most {most}{' ' + unit if unit else ''}, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    return count(text, least=0)
+
+
+def posterior_samples(text: str) -> int:
+    """An argparse type: posterior samples per input, 1 to MAX_SAMPLES (the predictive holds
+    samples x inputs x classes numbers)."""
+    return count(text, most=MAX_SAMPLES, unit="posterior samples")
+
+
+def add_sampling_options(parser: argparse.ArgumentParser, samples: int | str = 100) -> None:
+    """How to draw from a run: posterior samples (a number, or where the default comes from),
+    seed and device."""
+    parser.add_argument("--samples", type=posterior_samples,
+                        default=samples if isinstance(samples, int) else None,
+                        help=f"posterior samples per input, at most {MAX_SAMPLES} (default {samples})")
+    parser.add_argument("--seed", type=seed, default=0, help="seed for the posterior draws (default 0)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+
+
+def add_rule_options(parser: argparse.ArgumentParser, calibrated: bool = True) -> None:
+    """Which abstention rule (with ``calibrated``), and the quantile rule's knobs (see
+    bnn_zoo.abstain.rule)."""
+    if calibrated:
+        parser.add_argument("--rule", choices=["calibrated", "quantile"], default="calibrated",
+                            help="calibrated: the run's certified rule (calibration.json; the quantile "
+                                 "rule where it has none); quantile: the quantile rule with --quantile, "
+                                 "--threshold")
+    parser.add_argument("--quantile", type=float, default=0.5,
+                        help="quantile rule: quantile of each class's sampled probability (default 0.5, the median)")
+    parser.add_argument("--threshold", type=float, default=0.2,
+                        help="quantile rule: accept the classes whose quantile probability reaches this (default 0.2)")
+
+
+def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> None:
+    """Where the data sets are and how much of them to use."""
+    parser.add_argument("--data-root", default=None,
+                        help="data folder (default: the run's, then $BNN_ZOO_DATA, then ./data)")
+    parser.add_argument("--test-size", type=count, default=None, help="test images to use (default all)")
+    if ood_size:
+        parser.add_argument("--ood-size", type=count, default=10000,
+                            help="images per out-of-distribution set (default 10000)")
+
+
+def note(line: str | None) -> None:
+    """A line for the person at the terminal, on stderr beside the answers (nothing for None)."""
+    if line:
+        print(line, file=sys.stderr)
+
+
+def run(command: Callable[[], int]) -> int:
+    """Run a command; a user's mistake ends in one line on stderr and exit code 2."""
+    try:
+        return command()
+    except (UserError, FileNotFoundError, ValueError) as err:  # API checks raise ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a file or folder the system refused (permissions, say): named, not a traceback
+        print(f"error: {err.filename or 'a file'}: {err.strerror or err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,229 @@
+"""Evaluate a trained classifier run: accuracy, calibration, refusals and conformal sets on its test
+set, and how well the uncertainty (entropy, mutual information, the feature density of
+``bnn_zoo.abstain.density``) tells out-of-distribution sets (notMNIST, white noise, FashionMNIST, the near
+ones of ``bnn_zoo.data.ood_sets``) from it, for every posterior the run holds. The figures are the
+dataclasses of ``bnn_zoo.evaluation.results``; eval.json is their ``to_dict()``.
+
+Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--rule quantile --threshold 0.3]
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pyro
+import torch
+from tqdm.auto import tqdm
+
+from ..abstain.conformal import ConformalSets
+from ..abstain.metrics import detection, expected_calibration_error
+from ..abstain.rule import Rule, risk_coverage, uncertainty
+from ..core.errors import ConfigError, DataError
+from ..core.likelihoods import Categorical
+from ..core.predictive import seeded
+from ..data.folders import image_files
+from ..data.inputs import image_inputs, pixel_inputs
+from ..data.ood_sets import ood_images, overlaid_digits
+from ..data.sets import run_split
+from ..runs.checks import pick_device
+from ..runs.cost import Cost as Measure
+from ..runs.loading import load
+from ..runs.trained import Trained, gate_density, posteriors
+from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
+from .set_answers import SetAnswer, answering_sets, no_rule_line
+from .split_fits import fit_references
+
+DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
+
+
+def in_distribution(probs: torch.Tensor, labels: torch.Tensor, rule: Rule | SetAnswer,
+                    sets: ConformalSets | None = None, by_target: dict[float, ConformalSets] | None = None,
+                    gate: torch.Tensor | None = None) -> InDistribution:
+    """Forced accuracy, NLL (nats), ECE, refusals (and those by the gate alone; answered by a
+    ``SetAnswer``, the sets of every class), accuracy on the accepted inputs, set-valued answers,
+    the selective risks, and the conformal ``sets``' coverage and mean size over every input (their
+    guarantee is over all of them, refused or not), and those of the sets ``by_target`` coverage.
+    ``gate``: the density scores a density gate reads."""
+    decision = rule(probs, gate)
+    labels = labels.to(probs.device)
+    accepted = ~decision.refused
+    correct = decision.prediction == labels
+    forced = Categorical().metrics(probs, labels)
+    return InDistribution(
+        accuracy=forced["accuracy"], nll=forced["nll"],
+        ece=expected_calibration_error(decision.mean_probs, labels),
+        refused=decision.refused.float().mean().item(),
+        refused_by_gate=decision.refused_by_gate.float().mean().item(),
+        accuracy_accepted=correct[accepted].float().mean().item() if accepted.any() else float("nan"),
+        multiple=decision.multiple.float().mean().item(),
+        **selective_risks(probs, labels, rule.quantile),
+        **(dict(zip(("set_coverage", "set_size"), sets.coverage_and_size(probs, labels))) if sets else {}),
+        sets_by_target=by_target and [SetFigures(t, *s.coverage_and_size(probs, labels)) for t, s in by_target.items()])
+
+
+def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5) -> dict:
+    """Accepting inputs in order of their top quantile probability: the area under the
+    risk-coverage curve (AURC), under the generalized one (AUGRC, Traub et al. 2024: the share of
+    all inputs accepted and wrong, averaged over the coverages), and the error rate among accepted
+    inputs at 95% and 99% coverage."""
+    _, coverage, risk = risk_coverage(probs, labels, quantile)
+    at = {c: float(risk[max(0, math.ceil(c * len(risk)) - 1)]) for c in (0.95, 0.99)}
+    return {"aurc": risk.mean().item(), "augrc": (risk * coverage).mean().item(), "risk_at_95": at[0.95],
+            "risk_at_99": at[0.99]}
+
+
+def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule | SetAnswer,
+               in_density: torch.Tensor | None = None,
+               ood_density: torch.Tensor | None = None, gate: torch.Tensor | None = None) -> OODResult:
+    """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection
+    figures by entropy, mutual information and (given both sets' scores) the feature density, for
+    one OOD set against the test set."""
+    in_u, ood_u = uncertainty(in_probs, rule.quantile), uncertainty(ood_probs, rule.quantile)
+    sampled = in_probs.shape[0] > 1  # mutual information is zero for a single deterministic softmax
+    return OODResult(
+        refused=rule(ood_probs, gate).refused.float().mean().item(),
+        refused_by_quantile_rule=Rule()(ood_probs).refused.float().mean().item(),
+        mean_entropy=ood_u["entropy"].mean().item(),
+        by_entropy=Detection(**detection(in_u["entropy"], ood_u["entropy"])),
+        by_mutual_information=Detection(**detection(in_u["mutual_information"], ood_u["mutual_information"]))
+        if sampled else None,
+        by_feature_density=None if in_density is None else Detection(**detection(in_density, ood_density)))
+
+
+def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule | SetAnswer, sets: ConformalSets | None,
+                     seed: int = 0, gate: torch.Tensor | None = None) -> float:
+    """The share of overlaid digits (``pairs`` [N, 2], their two classes) refused, or answered with
+    a set holding both: the certified conformal set where the posterior has one, else the rule's."""
+    decision = rule(probs, gate)
+    answer = (decision.accepted if sets is None else
+              sets.predict(probs, torch.Generator(device=probs.device).manual_seed(seed), nonempty=True))
+    both = answer.gather(1, pairs.to(answer.device)).all(1)
+    return (decision.refused | both).float().mean().item()
+
+
+def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
+                        test_size: int | None) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
+    """A trained classifier run, its data root, and its test set (normalized inputs, labels)."""
+    trained = load(run_dir, pick_device(device))
+    cfg = trained.config
+    if not isinstance(trained.model.likelihood, Categorical):
+        raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
+                          "metrics.json")
+    root = data_root or cfg.data.root
+    x, labels = run_split(cfg.data, "test", root, test_size)
+    return trained, root, x, labels
+
+
+@pyro.settings.context(module_local_params=True)
+def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rule: str = "calibrated",
+                 quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
+                 ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
+                 device: str = "auto") -> Evaluation:
+    """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
+    ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
+    cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
+    trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
+    rules = trained.rules_for(rule, quantile, threshold)
+    ood = default_ood(trained.config) if ood is None else ood
+    names = [entry.partition("=")[0] for entry in ood]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice:  # its figures would overwrite each other's
+        raise ConfigError(f"the OOD set name {twice!r} is given twice (sets: {', '.join(names)}; the run's data.ood and "
+                          "--ood): give each folder a name of its own")
+    by_sets = {part: answering_sets(trained, part, rung.rows(num_samples), rule)  # where no rule is certified
+               for part, rung in posteriors(trained).items()}
+    with seeded(seed, trained.device):
+        results, skipped = _evaluate(trained, rules, by_sets, x.to(trained.device), labels, ood, ood_size,
+                                     num_samples, root, seed)
+    for part, sets in by_sets.items():
+        if sets is not None and part in results:
+            results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
+    return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
+
+
+def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,
+              ood: tuple[str, ...], ood_size: int | dict[str, int], num_samples: int, root: str | None,
+              seed: int) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
+    """evaluate_run's figures per posterior, each under its rule or, where ``by_sets`` holds its sets
+    (no rule certified), with each input's set as its answer; and the OOD sets skipped (missing data)
+    with why."""
+    rungs = posteriors(trained)
+    answer = {part: rules[part] if by_sets.get(part) is None else SetAnswer(by_sets[part], seed) for part in rungs}
+    progress = tqdm(total=len(rungs) * (2 + len(ood)), desc="evaluate", unit="set", leave=False)
+    in_probs, costs = {}, {}
+    for part, posterior in rungs.items():
+        with Measure(trained.device) as measured:
+            in_probs[part] = posterior.predict(x, num_samples)
+        costs[part] = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
+        progress.update()
+    with seeded(seed + 1, trained.device):  # a stream of their own: the test's and OOD sets' draws stay as they were
+        refs = fit_references(trained, rungs, num_samples, seed, root)
+    progress.update(len(rungs))
+    density = {part: d.score(rungs[part].features(x)) for part, d in refs.density.items()}
+    results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
+        in_probs[part], labels, answer[part], trained.sets.get(part), refs.sets.get(part),
+        gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
+    skipped = {}
+    for entry in ood:
+        name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
+        try:
+            size = ood_size[name] if isinstance(ood_size, dict) else ood_size
+            x, pairs = ood_inputs(trained.config, entry, root, size, seed)
+            x = x.to(trained.device)
+        except DataError as err:
+            skipped[name] = str(err)
+            progress.write(f"skipping {name}: {err}", file=sys.stderr)
+            progress.update(len(rungs))
+            continue
+        for part, posterior in rungs.items():
+            progress.update()
+            probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
+            scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
+            results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
+            if pairs is not None:
+                result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
+    progress.close()
+    return results, skipped
+
+
+def default_ood(cfg) -> tuple[str, ...]:
+    """The OOD sets a run is scored on by default: its data's (``DEFAULT_OOD``) and its
+    ``data.ood`` folders, as NAME=FOLDER."""
+    return (*DEFAULT_OOD.get(cfg.data.name, ()), *(f"{name}={folder}" for name, folder in cfg.data.ood.items()))
+
+
+def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An OOD set as the run's network sees it, and the overlaid set's digit pairs: a named set
+    (``bnn_zoo.data.ood_sets``), or NAME=FOLDER, the first ``size`` images of a folder (and its subfolders)."""
+    name, _, folder = name.partition("=")
+    if folder:
+        files = image_files(Path(folder).expanduser())  # a seeded sample of them, not the first subfolder's
+        chosen = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed))[:size].sort().values
+        return image_inputs(cfg.data, [files[i] for i in chosen], folder), None
+    images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
+    return pixel_inputs(cfg.data, images), pairs
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} as {"a/b": 1}; a list of figures by coverage target as {"a/0.9/b": ...}."""
+    flat = {}
+    for key, value in d.items():
+        if isinstance(value, list):
+            value = {f"{v['target']:g}": {k: x for k, x in v.items() if k != "target"} for v in value}
+        flat.update(_flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def table(evaluation: Evaluation) -> str:
+    """Every figure as a text table, a row per figure (named by its path in eval.json's posteriors,
+    e.g. ood/notmnist/by_entropy/auroc), a column per posterior."""
+    rows = {part: _flat({k: v for k, v in r.to_dict().items() if k != "note"})  # the notes go below it
+            for part, r in evaluation.posteriors.items()}
+    keys = list(dict.fromkeys(k for row in rows.values() for k in row))
+    cell = lambda c: f"{c:.4f}" if isinstance(c, float) else "n/a" if c is None else str(c)  # noqa: E731
+    widths = {p: max(len(p), *(len(cell(row.get(k))) for k in keys)) for p, row in rows.items()}  # no cell overflows
+    width = max(len(k) for k in keys)
+    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>{widths[p]}}" for p in rows)]
+    lines += [f"{key:<{width}}  " + "  ".join(f"{cell(row.get(key)):>{widths[p]}}" for p, row in rows.items()) for key in keys]
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""The figures ``bnn_zoo.evaluation.evaluate`` measures, as dataclasses: an ``Evaluation`` holds a
+``PosteriorResult`` per posterior (``InDistribution`` on the test set with its conformal sets'
+``SetFigures``, ``Cost``, its ``Rule``, an ``OODResult`` per OOD set). The scoreboard, the reports
+and the page read these; eval.json is their ``to_dict()``, read back by ``from_dict``.
+
+Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors["bayes"].test``
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..abstain.rule import Rule
+
+
+def _without_none(values: dict) -> dict:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@dataclass
+class SetFigures:
+    """Conformal sets calibrated on validation for one coverage target, measured on the test set."""
+
+    target: float  # 1 - alpha: the coverage they promise
+    coverage: float  # the share of test inputs whose set holds the true class
+    size: float  # the mean number of classes in a set
+
+
+@dataclass
+class InDistribution:
+    """Figures on the test set under a rule: fractions of its inputs, NLL in nats per input."""
+
+    accuracy: float  # forced: the argmax of the mean prediction, never refusing
+    nll: float  # of the mean prediction
+    ece: float
+    refused: float
+    refused_by_gate: float  # refused by the rule's epistemic gate alone
+    accuracy_accepted: float  # NaN where every input was refused
+    multiple: float  # set-valued answers
+    aurc: float  # area under the risk-coverage curve
+    risk_at_95: float  # error rate among the accepted inputs at 95% coverage
+    risk_at_99: float
+    set_coverage: float | None = None  # of the certified conformal sets (None: the run has none)
+    set_size: float | None = None  # their mean size
+    augrc: float | None = None  # area under the generalized risk-coverage curve (None: an older eval.json)
+    sets_by_target: list[SetFigures] | None = None  # sets at 90/95/99% (None: measured without validation)
+
+    def set_figures(self, target: float) -> SetFigures | None:
+        """The sets measured at coverage ``target`` (0.9, 0.95, 0.99), None where not measured."""
+        return next((s for s in self.sets_by_target or () if abs(s.target - target) < 1e-9), None)
+
+    def to_dict(self) -> dict:
+        return _without_none(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "InDistribution":
+        sets = d.get("sets_by_target")
+        return cls(**{**d, "sets_by_target": sets and [SetFigures(**s) for s in sets]})
+
+
+@dataclass
+class Detection:
+    """How well a score tells an OOD set from the test set (``bnn_zoo.abstain.metrics.detection``)."""
+
+    auroc: float
+    aupr: float
+    fpr95: float
+
+
+@dataclass
+class OODResult:
+    """One OOD set against the test set: refusals, mean entropy (bits), detection figures."""
+
+    refused: float  # under the posterior's rule
+    refused_by_quantile_rule: float  # under the quantile rule, Rule()
+    mean_entropy: float
+    by_entropy: Detection
+    by_mutual_information: Detection | None = None  # None: one deterministic prediction
+    by_feature_density: Detection | None = None  # None: no point network to read features from
+    # Overlaid digits: the share refused, or answered with a set holding both digits (None: other sets)
+    handled: float | None = None
+
+    @property
+    def best_auroc(self) -> float:
+        """AUROC by mutual information where the posterior is sampled, else by entropy."""
+        return (self.by_mutual_information or self.by_entropy).auroc
+
+    def to_dict(self) -> dict:
+        return _without_none(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OODResult":
+        detections = {k: Detection(**d[k]) for k in ("by_entropy", "by_mutual_information", "by_feature_density")
+                      if d.get(k)}
+        return cls(**{**d, **detections})
+
+
+@dataclass
+class Cost:
+    """What predicting the test set cost: seconds, peak MB (None where unreadable), numbers stored."""
+
+    predict_seconds: float
+    predict_peak_mb: float | None
+    parameters: int
+
+
+@dataclass
+class PosteriorResult:
+    """One posterior's figures: on the test set, and per OOD set's name."""
+
+    posterior: str  # its label, e.g. "mean-field VI" (bnn_zoo.posterior)
+    rule: Rule
+    cost: Cost
+    test: InDistribution
+    ood: dict[str, OODResult] = field(default_factory=dict)
+    # Where no rule is certified: why, and that each answer (the figures of refusals) is its conformal set
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return _without_none({"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),
+                              "test": self.test.to_dict(), "ood": {name: o.to_dict() for name, o in self.ood.items()},
+                              "note": self.note})
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PosteriorResult":
+        return cls(d["posterior"], Rule.from_dict(d["rule"]), Cost(**d["cost"]), InDistribution.from_dict(d["test"]),
+                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()}, d.get("note"))
+
+
+@dataclass
+class Evaluation:
+    """``evaluate_run``'s result: a ``PosteriorResult`` per posterior the run holds (bnn_zoo.posterior's
+    names), and the OOD sets skipped (name: why). eval.json is ``to_dict()``.
+
+    Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors[BAYES].test``
+    """
+
+    run_dir: str
+    num_samples: int
+    seed: int
+    rule: str  # which rules: "calibrated" (each posterior's certified one) or "quantile"
+    test_size: int
+    skipped: dict[str, str]
+    posteriors: dict[str, PosteriorResult]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Evaluation":
+        return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()}})

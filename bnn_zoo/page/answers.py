@@ -1,0 +1,163 @@
+"""What the page answers: the models it offers, loaded on first use, and one image's answer from
+the Bayesian posterior and its twin under the run's certified rule or the knobs a person set.
+
+Usage: ``Answerer("lenet").answer("lenet", pixels)  # {"text": "7", "samples": ..., "twin": ...}``
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import pyro
+import torch
+
+from ..abstain.conformal import ConformalSets
+from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
+from ..core.errors import UserError
+from ..core.likelihoods import Categorical
+from ..core.predictive import seeded
+from ..data.inputs import class_names, pixel_inputs
+from ..data.sets import profile_of
+from ..evaluation.set_answers import SET_ANSWER, answering_sets, no_rule_line, set_decision
+from ..posterior import Posterior
+from ..runs.checks import pick_device
+from ..runs.loading import load, shipped_names
+from ..runs.trained import Trained, gate_density, posteriors
+
+MAX_PAGE_SAMPLES = 1000  # per answer on the page: it answers while a person watches
+
+
+class BadRequest(UserError):
+    """What a person sent cannot be answered; the message says why (HTTP ``status``)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Model:
+    """A loaded classifier: its Bayesian posterior and twin, their rules, its class names."""
+
+    name: str
+    trained: Trained
+    bayes: Posterior
+    twin: Posterior | None
+    classes: list[str]
+
+    def defaults(self) -> dict:
+        rule = self.trained.rules_for()["bayes"]
+        return {"name": self.name, "posterior": self.bayes.label, "classes": self.classes,
+                "samples": self.trained.config.abstention.samples, "rule": rule.to_dict()}
+
+
+class Answerer:
+    """Loads the models on first use and answers one image at a time: Pyro's effect handlers are
+    process-wide, so concurrent requests take turns; each gets its own result."""
+
+    def __init__(self, default: str, device: str = "auto"):
+        self.device = pick_device(device)
+        self.names = list(dict.fromkeys([default, *shipped_names()]))
+        self.default = default
+        self._models: dict[str, Model] = {}
+        self._lock = threading.RLock()  # taken by model() on its own and again inside answer()
+
+    def model(self, name: str) -> Model:
+        """The model ``name``, loaded on first use under the same lock as the answers (loading runs
+        Pyro code too, and two first requests must not load it twice)."""
+        if name not in self.names:
+            raise BadRequest(f"unknown model {name!r}; choose from {', '.join(self.names)}")
+        with self._lock, pyro.settings.context(module_local_params=True):
+            if name not in self._models:
+                trained = load(name, self.device)
+                if not isinstance(trained.model.likelihood, Categorical):
+                    raise UserError(f"{name} is a regression run; the page classifies images")
+                trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
+                found = profile_of(trained.config.data)
+                if found is not None and found.input_shape != [1, 28, 28]:
+                    raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
+                                    "images: answer its inputs with python -m bnn_zoo.predict")
+                held = posteriors(trained)
+                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"), class_names(trained.config.data))
+            return self._models[name]
+
+    def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
+               quantile: float | None = None, samples: int | None = None, seed: int = 0) -> dict:
+        """The Bayesian answer and the twin's for uint8 pixels [28, 28], with the model's certified
+        rule where a knob is left out (its gate is kept whatever the knobs)."""
+        started = time.perf_counter()
+        with self._lock, pyro.settings.context(module_local_params=True):  # settings are process-wide too
+            model = self.model(name)
+            certified = model.trained.rules_for()
+            knobs = {"threshold": certified["bayes"].threshold if threshold is None else threshold,
+                     "quantile": certified["bayes"].quantile if quantile is None else quantile}
+            samples = model.trained.config.abstention.samples if samples is None else samples
+            if not 1 <= samples <= MAX_PAGE_SAMPLES:
+                raise BadRequest(f"samples must be a whole number from 1 to {MAX_PAGE_SAMPLES}, got {samples}")
+            try:
+                rules = {part: Rule(knobs["quantile"], knobs["threshold"], r.signal, r.cut)
+                         for part, r in certified.items()}
+            except ValueError as err:
+                raise BadRequest(str(err)) from None
+            x = pixel_inputs(model.trained.config.data, pixels[None]).to(model.trained.device)
+            with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
+                probs = model.bayes.predict(x, samples)
+                twin = model.twin.predict(x, samples) if model.twin is not None else None
+            gates = {part: gate_density(rules[part], model.trained, part, rung, x)
+                     for part, rung in (("bayes", model.bayes), ("twin", model.twin)) if rung is not None}
+            untouched = threshold is None and quantile is None  # the run's own rule, or its sets where it has none
+            by_sets = {part: answering_sets(model.trained, part, len(drawn)) if untouched else None
+                       for part, drawn in (("bayes", probs), ("twin", twin)) if drawn is not None}
+            sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
+            certified_knobs = untouched and by_sets["bayes"] is None and sets and sets.certified_at(samples)
+            in_set = sets.answer(probs, seed)[0] if certified_knobs else None
+        response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
+                 **_judged(probs, rules["bayes"], model.classes, gates["bayes"], by_sets["bayes"], seed),
+                 "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
+        if in_set is not None and response["answer"] is not None:  # refused, or answered with its certified set
+            response["set"] = {"classes": [model.classes[c] for c in in_set], "coverage": 1 - sets.alpha}
+        if twin is not None:
+            response["twin"] = {"posterior": model.twin.label,
+                                **_judged(twin, rules["twin"], model.classes, gates["twin"], by_sets["twin"], seed),
+                             "probs": twin.mean(0)[0].cpu().tolist()}
+        for part, answered in (("bayes", response), ("twin", response.get("twin"))):
+            if by_sets.get(part) is not None:  # no rule is certified: the set answered
+                answered["note"] = no_rule_line(model.trained.calibration[part], part, name)
+        response["seconds"] = round(time.perf_counter() - started, 4)
+        return response
+
+
+def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Tensor | None = None,
+            sets: ConformalSets | None = None, seed: int = 0) -> dict:
+    """One input's decision under ``rule`` (``gate``: the density scores a density gate reads), or
+    its conformal set as its answer where ``sets`` are given (no rule is certified), with the words
+    the page shows."""
+    in_set = sets.answer(probs, seed)[0] if sets is not None else None
+    ruled = rule(probs, gate)  # its quantiles are what the page plots, whichever answers
+    decision = ruled if sets is None else set_decision([in_set], probs)
+    scores = uncertainty(probs, rule.quantile)
+    described = decision.describe(0)
+    names = [classes[c] for c in described["accepted"]]
+    if described["answer"] is None:
+        text = "I don't know"
+    else:
+        text = " or ".join(names) if len(names) > 1 else names[0]
+    reasons = []
+    if "quantile" in described["refused_by"]:
+        reasons.append(f"no class's {_quantile_name(rule.quantile)} probability reaches {rule.threshold:g}")
+    if rule.signal in described["refused_by"]:
+        value, unit = (gate, "nats") if rule.signal == DENSITY else (scores[rule.signal], "bits")
+        reasons.append(f"{rule.signal.replace('_', ' ')} {float(value[0]):.3g} {unit} > {rule.cut:.3g}")
+    if SET_ANSWER in described["refused_by"]:
+        reasons.append(f"its {1 - sets.alpha:.0%} conformal set holds every class")
+    judged = {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
+              "quantiles": ruled.quantile_probs[0].cpu().tolist(),
+              "uncertainty_bits": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
+    if in_set is not None:
+        judged["set"] = {"classes": [classes[c] for c in in_set], "coverage": 1 - sets.alpha}
+    return judged
+
+
+def _quantile_name(q: float) -> str:
+    return "median" if q == 0.5 else f"{q:g} quantile of its sampled"

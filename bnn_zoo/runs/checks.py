@@ -1,0 +1,274 @@
+"""The checks a config passes before anything runs: names from their lists, every number in its
+range, keys that must agree; each failure one line naming the key, the value it quotes shortened.
+
+Usage: ``check(cfg)  # ConfigError("bad config key 'train.lr': must be a positive number, got -1.0")``
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import MISSING, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Optional, get_args, get_origin, get_type_hints
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..abstain.certify import check_settings
+from ..abstain.conformal import SCORES as SET_SCORES
+from ..abstain.rule import DENSITY
+from ..core.architectures import ARCHITECTURES, TOY_DATA, make_net
+from ..core.captured_step import MODES as CAPTURE_MODES
+from ..core.errors import ConfigError, short_quotes, show
+from ..core.guides import GUIDES
+from ..core.likelihoods import NOISE_MODES
+from ..core.nets import ImageTooSmall
+from ..core.priors import PRIORS
+from ..data.own import OWN_DATA, ROWS, name_problem
+from ..posterior import fitted_kinds
+from .plan import Plan, recipe
+
+MAX_SAMPLES = 10000  # posterior samples per input, for any figure
+MAX_COUNT = 10 ** 9  # the largest whole number a count (epochs, batch size, width, ...) may be
+DEVICES = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+HIDDEN = "give one or more whole positive widths (for example [400, 400]), or null for the architecture's default"
+
+
+COUNT, SIZE = (1, MAX_COUNT), (0, MAX_COUNT)
+# The whole-number keys: (least, most); null, where allowed, means a default
+WHOLE = {"model.guide_rank": COUNT, "data.val_size": SIZE, "data.image_size": COUNT, "data.channels": (1, 3),
+         "data.train_limit": COUNT, "data.test_limit": COUNT,
+         "train.epochs": COUNT, "train.steps": COUNT, "train.patience": COUNT, "train.batch_size": COUNT,
+         "train.lr_step": COUNT, "train.num_particles": COUNT, "train.threads": COUNT,
+         "train.val_samples": (1, MAX_SAMPLES), "train.test_samples": (1, MAX_SAMPLES), "train.eval_every": COUNT,
+         "train.twin_epochs": COUNT, "train.members": COUNT, "mcmc.num_samples": COUNT,
+         "mcmc.warmup_steps": SIZE, "mcmc.max_tree_depth": COUNT, "abstention.samples": (1, MAX_SAMPLES),
+         "seed": (0, 2 ** 32 - 1)}
+# Keys that must be finite positive numbers
+POSITIVE = ("model.prior_scale", "model.mixture_scale1", "model.mixture_scale2", "model.init_scale",
+            "model.noise_scale", "train.lr", "train.lr_gamma", "train.kl_weight", "train.twin_lr")
+# Keys that are fractions, and the interval of 0 and 1 each must lie in (the abstention section's
+# rule settings are checked by bnn_zoo.abstain.certify)
+FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "train.twin_dropout": "[0, 1)",
+             "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)", "abstention.alpha": "(0, 1)"}
+
+
+# What a key of each plain kind must be, in a message (of a list's items: PLURAL)
+KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
+PLURAL = {int: "whole numbers", float: "numbers", str: "strings"}
+MAPPINGS = {"model.kwargs": "a mapping of the network's keyword arguments (for example {width: 16})",
+            "data.ood": "a mapping of names to folders of images (for example {letters: DIR})"}
+
+
+def check_layout(base: Any, schema: type, source: Optional[str] = None) -> None:
+    """``base`` (a config file's keys, a checkpoint's, an override's) laid out as ``schema`` (the
+    config's dataclass) lays them out, before it is merged: a mapping of sections, each a mapping
+    of its keys; lists of plain values, mappings, and null only where a key may be null. Unknown
+    keys, interpolations and plain values of another kind are the merge's to name. Each failure
+    one line naming the key, what it must be, and ``source`` (the file it came from) where given."""
+    where = f" in {source}" if source else ""
+    if isinstance(base, DictConfig):
+        base = OmegaConf.to_container(base, resolve=False)
+    if not isinstance(base, dict):
+        raise ConfigError(f"a config{where} is a mapping of sections (arch: lenet, train: {{epochs: 3}}, ...), "
+                          f"not a {type(base).__name__}")
+    _check_keys(base, schema, "", where)
+
+
+def _check_keys(node: dict, schema: type, prefix: str, where: str) -> None:
+    hints = get_type_hints(schema)
+    for key, value in node.items():
+        hint, name = hints.get(key), f"{prefix}{key}"
+        if hint is None or (isinstance(value, str) and "${" in value):
+            continue  # an unknown key, an interpolation: the merge names them, or resolves it
+        if is_dataclass(hint):
+            if not isinstance(value, dict):
+                example = next(f"{f.name}: {f.default}" for f in fields(hint) if f.default not in (None, MISSING))
+                raise ConfigError(f"bad config section {name!r}{where}: a mapping of its keys (for example "
+                                  f"{name}: {{{example}}}), not {_shown(value)}")
+            _check_keys(value, hint, f"{name}.", where)
+            continue
+        reason = _misfit(name, hint, value)
+        if reason:
+            raise ConfigError(f"bad config key {name!r}{where}: {reason}")
+
+
+def _misfit(name: str, hint: Any, value: Any) -> Optional[str]:
+    """Why ``value`` cannot be key ``name`` of type ``hint``, None where the layout fits."""
+    optional = type(None) in get_args(hint)
+    kind = next(k for k in get_args(hint) if k is not type(None)) if optional else hint
+    plain = lambda v: v is not None and not isinstance(v, (list, dict))  # noqa: E731
+    origin, inner = get_origin(kind), get_args(kind)
+    if value is None:
+        fits = optional
+    elif origin is list:
+        fits = isinstance(value, list) and all(map(plain, value))
+    elif origin is dict:
+        fits = isinstance(value, dict) and (inner[1] is Any or all(map(plain, value.values())))
+    else:
+        fits = plain(value)
+    if fits:
+        return None
+    if name == "model.hidden":
+        return f"{HIDDEN}; got {_shown(value)}"
+    what = MAPPINGS.get(name) or (f"a list of {PLURAL[inner[0]]}" if origin is list else KINDS.get(kind, str(kind)))
+    return f"must be {what}, not {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else show(value)
+
+
+def check(cfg: DictConfig) -> None:
+    """What types cannot say: names from a list, ranges, and keys that must agree."""
+    spec = recipe(cfg)
+    suits = (*spec.datasets, *(OWN_DATA if spec.likelihood == "categorical" else ROWS))  # a folder holds classes
+    if cfg.data.name is not None and cfg.data.name not in suits:
+        raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
+                          f"{cfg.arch}; choose one of {', '.join(suits)}")
+    fitted = fitted_kinds()
+    unknown = next((name for name in cfg.train.posteriors if name not in fitted), None)
+    if unknown is not None:
+        raise ConfigError(f"bad config key 'train.posteriors': {show(unknown)} is no posterior fitted after training; "
+                          f"choose from {', '.join(fitted)} (or register one: bnn_zoo.posterior.register)")
+    if cfg.train.posteriors and not cfg.train.twin:
+        raise ConfigError("bad config key 'train.posteriors': they are fitted around the twin; train it too (train.twin=true)")
+    data = cfg.data.name or spec.datasets[0]  # table_mlp's default is a table of yours
+    if data in OWN_DATA and not cfg.data.path:
+        raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
+                          "its folder or file as data.path=PATH")
+    if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
+        raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "
+                          f"leaves it, which needs your own table; {data} takes a number (for example 0.1)")
+    if cfg.model.hidden is not None and not spec.has_hidden:
+        raise ConfigError(f"bad config key 'model.hidden': {cfg.arch} has a fixed shape")
+    if cfg.train.twin_dropout and cfg.arch not in ARCHITECTURES:
+        raise ConfigError(f"bad config key 'train.twin_dropout': {cfg.arch} keeps its own layers; MC dropout is "
+                          "for the registered recipes (put dropout in your network instead)")
+    choices = {"model.prior": PRIORS, "model.noise": NOISE_MODES, "model.reparam": ("weights", "local"),
+               "model.guide": GUIDES, "infer": ("svi", "nuts"), "train.elbo": ("meanfield", "trace"),
+               "train.capture": ("auto", *CAPTURE_MODES), "abstention.set_score": SET_SCORES,
+               "train.lr_schedule": ("constant", "cosine", "step")}
+    for key, allowed in choices.items():
+        if OmegaConf.select(cfg, key) not in allowed:
+            raise ConfigError(f"bad config key {key!r}: choose {' or '.join(allowed)}, "
+                              f"not {show(OmegaConf.select(cfg, key))}")
+    check_device_name(cfg.device)  # whether this machine has it is pick_device's to say
+    for key, (least, most) in WHOLE.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not least <= value <= most:
+            raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
+                              f"got {show(value)}")
+    t = cfg.train
+    if (t.epochs is None) == (t.steps is None):
+        raise ConfigError("bad config key 'train.steps': give train.epochs or train.steps, not both (train.epochs=null "
+                          "plans the run in steps, train.steps=null in epochs)" if t.steps is not None else
+                          "bad config key 'train.epochs': give train.epochs=N or train.steps=N, the run's length")
+    if t.patience is not None and (cfg.data.val_size == 0 or data in TOY_DATA):
+        fix = f"the {data} set has none: drop it (train.patience=null)" if data in TOY_DATA else \
+            "data.val_size=0 holds none out: give data.val_size=N or train.patience=null"
+        raise ConfigError(f"bad config key 'train.patience': early stopping watches the validation NLL, and {fix}")
+    if cfg.data.channels == 2:
+        raise ConfigError("bad config key 'data.channels': choose 1 (gray) or 3 (RGB), not 2")
+    for key in POSITIVE:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {show(value)}")
+    for key, interval in FRACTIONS.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not ((value > 0 if interval[0] == "(" else value >= 0) and
+                                      (value < 1 if interval[-1] == ")" else value <= 1)):
+            raise ConfigError(f"bad config key {key!r}: must lie in {interval}, got {show(value)}")
+    for key in ("data.classes", "data.features"):  # a stored config's names are printed as they are
+        problem = next(filter(None, map(name_problem, map(str, OmegaConf.select(cfg, key) or []))), None)
+        if problem is not None:
+            raise ConfigError(f"bad config key {key!r}: {problem}")
+    hidden = cfg.model.hidden
+    if hidden is not None and not (len(hidden) and all(isinstance(w, int) and 0 < w <= MAX_COUNT for w in hidden)):
+        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {show(OmegaConf.to_container(hidden))}")
+    fewest = min(cfg.train.test_samples, cfg.abstention.samples)
+    if cfg.train.members > fewest:  # a mixture draws at least one sample from every member
+        raise ConfigError(f"bad config key 'train.members': an ensemble of {cfg.train.members} needs at least "
+                          f"as many posterior samples; train.test_samples and abstention.samples are {fewest} "
+                          "at the least: raise them or use fewer members")
+    last = cfg.seed + cfg.train.members - 1  # member i's seed is seed + i
+    if last >= 2 ** 32:
+        raise ConfigError(f"bad config key 'seed': with train.members={cfg.train.members} the members use seeds "
+                          f"{cfg.seed}..{last}; seed + members - 1 must be below 2^32")
+    for key in ("run_dir", "resume"):
+        value = OmegaConf.select(cfg, key)
+        try:
+            is_file = value is not None and Path(value).exists() and not Path(value).is_dir()
+        except OSError as err:  # a name too long, say
+            raise ConfigError(f"bad config key {key!r}: cannot use {show(value)} ({err.strerror})") from None
+        if is_file:
+            raise ConfigError(f"bad config key {key!r}: {value} is a file; a run directory is a folder")
+    a = cfg.abstention
+    if a.signal == DENSITY:
+        raise ConfigError("bad config key 'abstention.signal': choose mutual_information or entropy; a feature-density "
+                          "gate is certified in Python (bnn_zoo.abstain.certify.certify(..., density=...)), not by a run")
+    try:  # the checks certify and Rule make, before any training
+        check_settings(a.risk, a.delta, a.max_refusal, a.quantile, a.signal)
+    except ValueError as err:
+        raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
+
+
+# What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
+DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
+
+
+def data_kind(path: str) -> str:
+    """The kind of your own data ``path`` holds: a folder of images per class (``folder``), a CSV
+    table (``csv``) or a tensor file (``tensors``), told by the folder or the file's suffix; a
+    ConfigError where neither says."""
+    where = Path(path).expanduser()
+    if where.is_dir():
+        return "folder"
+    if where.suffix.lower() in DATA_SUFFIXES:
+        return DATA_SUFFIXES[where.suffix.lower()]
+    held = "a file of another kind" if where.exists() else "not there"
+    raise ConfigError(f"bad config key 'data.name': left out, and data.path={show(path)} ({held}) is neither a folder "
+                      "nor a .csv, .pt or .npz file to tell its kind by: give data.name=folder, tensors or csv")
+
+
+def check_network_fits(plan: Plan) -> None:
+    """The network a plan names must be built, and take its data's shape: a network by name (its
+    factory called, under ``bnn_zoo.core.network_names``' guard) or one on your own data, once its
+    shape is found; built once, before a run starts, not at every config that names it, and from a
+    fork of torch's random stream (the run's draws stay as they were)."""
+    if plan.data.input_shape is None and ":" not in plan.arch:  # MNIST's and the toy sets' shapes are the recipes' own
+        return
+    try:
+        with torch.random.fork_rng(devices=[]):
+            make_net(plan.networks.recipe, plan.networks.hidden, plan.networks.model.noise)
+    except ImageTooSmall as err:  # what resizes them, and a network that takes any size
+        resize = (f"resize them with data.image_size=N, N at least {err.least}" if plan.data.name == "folder" else
+                  f"give images of at least {err.least}x{err.least}")
+        raise ConfigError(f"bad config key 'arch': {err}: {resize}, or train arch=mnist_mlp, which takes images of "
+                          "any size") from None
+    except ValueError as err:
+        raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
+
+
+def check_device_name(name: str) -> None:
+    """A device's name must be one of pick_device's forms, whatever this machine has."""
+    if not DEVICES.fullmatch(name):
+        raise ConfigError(f"bad config key 'device': {show(name)} is not a device; choose auto, cpu, cuda, "
+                          "cuda:N or mps")
+
+
+def pick_device(name: str) -> torch.device:
+    """The device a config or command line names: auto (CUDA when available), cpu, cuda, cuda:N, mps."""
+    check_device_name(name)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind, _, index = name.partition(":")
+    if kind != "cpu" and not (torch.cuda if kind == "cuda" else torch.backends.mps).is_available():
+        raise ConfigError(f"bad config key 'device': {name} asked for but {kind.upper()} is not available; "
+                          "use device=auto or device=cpu")
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise ConfigError(f"bad config key 'device': {name} asked for but this machine has {count} CUDA "
+                          f"device(s); use cuda:0 to cuda:{count - 1}")
+    return torch.device(name)

@@ -1,0 +1,190 @@
+"""Run configuration: typed defaults, YAML files that hold only what differs, dotted overrides.
+
+Usage: ``cfg = load_config("lenet", ["train.epochs=1", "data.root=/data"])``
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..core.architectures import CLASSIFIER_DATA
+from ..core.errors import ConfigError, short_quotes, show
+from ..data.own import least_squares_sd
+from ..data.sets import Splits
+from .checks import check, check_layout, data_kind
+from .plan import recipe
+from .schema import Config
+
+
+def config_path(name: str) -> Path:
+    """Find a config by path, or by name among the shipped configs (``configs/NAME.yaml``)."""
+    path = Path(name)
+    # A path if it looks like one; a bare name is a shipped config even when the working
+    # directory holds a folder of that name (a run directory, say).
+    if path.suffix in (".yaml", ".yml") or path.is_file() or len(path.parts) > 1:
+        if not path.is_file():
+            raise ConfigError(f"config file {show(name)} does not exist")
+        return path
+    for folder in config_dirs():
+        if (folder / f"{name}.yaml").is_file():
+            return folder / f"{name}.yaml"
+    raise ConfigError(f"no config named {show(name)}; shipped configs: {', '.join(config_names())}; "
+                      "or give a path to a .yaml file")
+
+
+def config_dirs() -> list[Path]:
+    """Where config names are looked up: the installed package's data, then a source checkout's."""
+    dirs = [Path(str(resources.files("bnn_zoo"))) / "configs",
+            Path(__file__).resolve().parents[2] / "configs"]
+    return [d for d in dirs if d.is_dir()]
+
+
+def config_names() -> list[str]:
+    return sorted({p.stem for d in config_dirs() for p in d.glob("*.yaml")})
+
+
+def make_config(base: Any = None, overrides: list[str] | dict | None = None,
+                source: Optional[str] = None) -> DictConfig:
+    """Merge ``base`` (a dict or DictConfig) and overrides onto the typed defaults, interpolations
+    resolved.
+
+    Unknown keys and values of the wrong type raise ConfigError naming the key, and for ``base``'s
+    the ``source`` it came from (a file) where given.
+    """
+    cfg = _writable(OmegaConf.structured(Config))
+    layers = [base, overrides] if isinstance(overrides, dict) else [base, *map(_parse, overrides or ())]
+    origin = source  # where the layer being merged came from
+    try:
+        for layer in layers:
+            if layer is not None:
+                check_layout(layer, Config, origin)
+                cfg = OmegaConf.merge(cfg, layer)
+            origin = None
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as err:
+        raise _explained(err, origin) from None
+    check(cfg)
+    return cfg
+
+
+def _writable(cfg: DictConfig) -> DictConfig:
+    """A config of the frozen schema that merges and overrides can write (the plan's sections,
+    made from it, stay frozen)."""
+    OmegaConf.set_readonly(cfg, False)
+    for key in cfg:
+        if isinstance(cfg._get_node(key), DictConfig):
+            _writable(cfg._get_node(key))
+    return cfg
+
+
+# What a key must be, for OmegaConf's messages on a value it cannot convert
+_KINDS = {"to Integer": "a whole number", "to Float": "a number", "valid bool": "true or false",
+          "to string": "a string"}
+
+
+def _explained(err: OmegaConfBaseException, source: Optional[str] = None) -> ConfigError:
+    """OmegaConf's error as one line naming the key (and the file it came from), the values it
+    quotes shortened."""
+    reason = str(getattr(err, "msg", err)).split("\n")[0]
+    kind = next((kind for words, kind in _KINDS.items() if words in reason), None)
+    reason = f"must be {kind}, not {show(err.value)}" if kind else short_quotes(reason)
+    where = f" in {source}" if source else ""
+    return ConfigError(f"bad config key {show(getattr(err, 'full_key', None))}{where}: {reason}")
+
+
+def _parse(override: str) -> DictConfig:
+    """One ``key=value`` override as a config."""
+    if "=" not in override:
+        raise ConfigError(f"override {show(override)} is not of the form key=value (for example train.epochs=3)")
+    try:
+        return renamed(OmegaConf.from_dotlist([override]))
+    except (yaml.YAMLError, ValueError) as err:  # YAML syntax, or an integer of too many digits
+        raise ConfigError(f"override {show(override)}: cannot read its value ({_one_line(err)})") from None
+
+
+# Keys that were renamed, old -> new (section, key): a config file or override with an old one gets
+# the new one and a one-line notice; a stored config, silently (bnn_zoo.runs.checkpoint).
+RENAMED = {("abstention", "calibrate"): ("abstention", "certify")}
+
+
+def renamed(layer, notice: bool = True):
+    """``layer`` (a dict or DictConfig) with each renamed key under its new name."""
+    for (section, old), (_, new) in RENAMED.items():
+        held = layer.get(section) if isinstance(layer, (dict, DictConfig)) else None
+        if isinstance(held, (dict, DictConfig)) and old in held:
+            held[new] = held.pop(old)
+            if notice:
+                print(f"note: {section}.{old} is now {section}.{new}", file=sys.stderr)
+    return layer
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())
+
+
+def load_config(name: str | None = None, overrides: list[str] | None = None) -> DictConfig:
+    """Defaults, then the named or given YAML file, then ``key=value`` overrides."""
+    base = None
+    if name is not None:
+        path = config_path(name)
+        try:
+            base = OmegaConf.load(path)
+        except Exception as err:  # YAML syntax errors come in many types
+            raise ConfigError(f"cannot read config {str(path)!r}: {_one_line(err)}") from None
+        if not isinstance(base, DictConfig):
+            raise ConfigError(f"config {str(path)!r} holds a {type(base).__name__} at its top level; a config "
+                              "is a mapping of sections (arch: lenet, train: {epochs: 3}, ...)")
+        renamed(base)
+    return make_config(base, overrides, None if name is None else str(path))
+
+
+def resolved(cfg: DictConfig) -> DictConfig:
+    """Fill the architecture's defaults (``null`` entries) so a checkpoint rebuilds exactly; your own
+    data's kind from its path where ``data.name`` is left out (``data_kind``)."""
+    cfg = cfg.copy()
+    spec = recipe(cfg)
+    if cfg.model.hidden is None and spec.has_hidden:
+        cfg.model.hidden = list(spec.default_hidden)
+    if cfg.data.name is None and cfg.data.path:
+        cfg.data.name = data_kind(cfg.data.path)
+        try:  # the kind must suit the network: said before any data is read
+            check(cfg)
+        except ConfigError as err:
+            inferred = f"data.name={cfg.data.name}, inferred from data.path={show(cfg.data.path)}"
+            raise ConfigError(f"{err} ({inferred})") from None
+    if cfg.data.name is None:
+        cfg.data.name = spec.datasets[0]
+    if cfg.data.val_size is None and cfg.data.name in CLASSIFIER_DATA:
+        cfg.data.val_size = 5000
+    if cfg.run_dir is None:  # a network by name: runs/<its factory's name>
+        cfg.run_dir = f"runs/{cfg.arch.rpartition(':')[2]}"
+    return cfg
+
+
+def with_profile(cfg: DictConfig, splits: Splits) -> DictConfig:
+    """``cfg`` holding what its own data's training split showed (input shape, classes,
+    normalization, validation size; a regression's noise sd to start from where
+    model.noise_scale=null), so its checkpoint answers without the data; its data.ood folders made
+    absolute, so they are found from anywhere."""
+    cfg = cfg.copy()
+    for name, folder in cfg.data.ood.items():
+        cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
+    if splits.profile is None:
+        return cfg
+    for name, value in asdict(splits.profile).items():  # each of DataProfile's fields is the data key of its name
+        cfg.data[name] = value
+    cfg.data.val_size = 0 if splits.val is None else len(splits.val)
+    if cfg.model.noise_scale is None and splits.profile.target_stats is not None:
+        mean, sd = splits.profile.target_stats
+        cfg.model.noise_scale = least_squares_sd(splits.train.x, (splits.train.y - mean) / sd)
+    cfg.data.path = str(Path(cfg.data.path).expanduser().resolve())  # the run's data, wherever it is asked from
+    if cfg.data.test_path:
+        cfg.data.test_path = str(Path(cfg.data.test_path).expanduser().resolve())
+    return cfg

@@ -1,0 +1,265 @@
+"""A trained run from its files (``load``: a run directory, or a shipped posterior's name), the
+check that its calibration certified the weights it holds, and posteriors written into the
+package (``ship``).
+
+Usage: ``trained = load("runs/lenet")  # or load("lenet"), the shipped one``
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..abstain.conformal import ConformalSets
+from ..abstain.density import FeatureDensity
+from ..abstain.rule import Rule
+from ..core.errors import CheckpointError, ConfigError
+from ..core.predictive import seeded
+from ..posterior import KINDS, TWIN_SCALED
+from .checkpoint import (
+    CALIBRATION,
+    CERTIFIED_WEIGHTS,
+    CHECKPOINT,
+    DENSITIES,
+    FITTED,
+    HMC_SAMPLES,
+    MEMBERS,
+    TWIN_CHECKPOINT,
+    read,
+    save_atomic,
+    stored_config,
+)
+from .checks import pick_device
+from .config import make_config
+from .factory import build_networks, build_twin
+from .files import read_json
+from .plan import Plan
+from .trained import Trained, weights_digest
+
+SHIPPED = Path(__file__).resolve().parent.parent / "shipped"  # trained posteriors inside the package
+
+
+def _load_state(module: nn.Module, state: dict, path: Path) -> None:
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path} does not fit the model its config describes "
+                              f"({str(err).splitlines()[0]}): it was written by an incompatible "
+                              "bnn-zoo; train the run again") from None
+
+
+def shipped_names() -> list[str]:
+    """The trained posteriors that ship inside the package (``load(name)`` takes them)."""
+    return sorted(p.stem for p in SHIPPED.glob("*.pt") if not p.stem.endswith("_twin"))
+
+
+def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
+    """Write a run's posterior (config, guide means and scales in ``dtype``, prior buffers, an
+    ensemble's members, calibration, feature densities) to ``folder/NAME.pt`` and its twins to
+    ``folder/NAME_twin.pt`` (folder: the package's posteriors); returns the paths."""
+    run_dir, folder = Path(run_dir), Path(folder or SHIPPED)
+    trained = load(run_dir)
+    if trained.calibration_problem:
+        raise CheckpointError(trained.calibration_problem)
+    small = lambda d: {k: v.to(dtype) if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    states = [read(d / CHECKPOINT) for d in [run_dir, *member_dirs(run_dir, trained.config.train.members)]]
+    shipped = [{"run": s.get("run"), "epoch": s["epoch"], "model": s["model"], "guide": small(s["guide"])} for s in states]
+    densities = read(run_dir / DENSITIES)["densities"] if (run_dir / DENSITIES).is_file() else {}
+    written = [folder / f"{name}.pt"]
+    save_atomic({"config": states[0]["config"], "num_data": states[0]["num_data"], **shipped[0], "members": shipped[1:],
+                 "calibration": read_calibration(run_dir / CALIBRATION), "densities": densities}, written[0])
+    twins = [d / TWIN_CHECKPOINT for d in [run_dir, *member_dirs(run_dir, len(states))]]
+    if all(path.is_file() for path in twins):
+        written.append(folder / f"{name}_twin.pt")
+        nets = [{"run": t.get("run"), "net": small(t["net"])} for t in map(read, twins)]
+        save_atomic({**nets[0], "members": nets[1:]}, written[1])
+    else:
+        (folder / f"{name}_twin.pt").unlink(missing_ok=True)  # a twin shipped before is not this posterior's
+    return written
+
+
+def is_shipped(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` names a shipped posterior: one of ``shipped_names()`` written as a bare
+    name (a string: ``lenet`` is the shipped one even beside a folder lenet/, which ``./lenet``
+    names)."""
+    return isinstance(run_dir, str) and run_dir in shipped_names()
+
+
+def shadowed(run_dir: str | Path) -> str | None:
+    """The line a command says where a bare shipped name is also a folder where it runs (None: it
+    is not): which of the two answers."""
+    if is_shipped(run_dir) and Path(run_dir).exists():
+        return f"note: {run_dir} is the shipped posterior {run_dir}; for the folder {run_dir} here, write ./{run_dir}"
+    return None
+
+
+def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
+    """Rebuild a trained run's model, guide, deterministic twin, HMC samples and abstention rules
+    from its files (``run_dir``, or its checkpoint.pt); or, given the name of a shipped posterior
+    (``is_shipped``: ``lenet`` is the shipped one, ``./lenet`` a folder of that name), that one.
+    ``device``: a torch.device, or auto, cpu, cuda, cuda:N."""
+    device = pick_device(device) if isinstance(device, str) else device
+    if is_shipped(run_dir):
+        return _shipped(str(run_dir), device)
+    if Path(run_dir).name == CHECKPOINT and Path(run_dir).is_file():  # a run's checkpoint names its run
+        run_dir = Path(run_dir).parent
+    if not Path(run_dir).exists():
+        raise CheckpointError(f"{run_dir} is neither a run directory nor a shipped posterior (those are "
+                              f"{', '.join(shipped_names())})")
+    if not Path(run_dir).is_dir():
+        raise CheckpointError(f"{run_dir} is a file; give a run directory (the folder that holds {CHECKPOINT}) "
+                              f"or a shipped posterior ({', '.join(shipped_names())})")
+    run_dir = Path(run_dir)
+    samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
+    twin = run_dir / TWIN_CHECKPOINT
+    trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, read(twin, device) if twin.is_file() else None,
+                        twin, device, samples, read_calibration(run_dir / CALIBRATION))
+    for member in member_dirs(run_dir, trained.config.train.members):
+        if not (member / CHECKPOINT).is_file():
+            raise CheckpointError(f"{run_dir} is an ensemble of {trained.config.train.members}, but member "
+                                  f"{member.name} has no checkpoint: finish it with python -m bnn_zoo.train "
+                                  f"resume={run_dir}")
+        trained.members.append(load(member, device))
+    if (run_dir / DENSITIES).is_file():
+        trained.densities = _densities(read(run_dir / DENSITIES, device)["densities"])
+    trained.fitted = _fitted(run_dir / FITTED, trained, device)
+    if trained.calibration:
+        trained.calibration_problem = _calibration_problem(trained, run_dir)
+        if trained.calibration_problem:  # fitted to other weights: not for these
+            trained._sets, trained.temperature, trained.densities = {}, None, {}
+    return trained
+
+
+def _calibration_problem(trained: Trained, run_dir: Path) -> Optional[str]:
+    """Why ``run_dir``'s calibration cannot be used with the weights it holds now, or None."""
+    record, path = trained.calibration.get(CERTIFIED_WEIGHTS), run_dir / CALIBRATION
+    fix = f"re-certify with python -m bnn_zoo.certify {run_dir}, or use the quantile rule (--rule quantile)"
+    if not isinstance(record, dict):
+        return f"{path} does not say which weights it certified (it predates that record): {fix}"
+    if record.get("digest") != weights_digest(trained):
+        return (f"{path} certified other weights (epoch {record.get('epoch')}, {record.get('members')} member(s)) "
+                f"than the run holds now (epoch {trained.epoch}, {1 + len(trained.members)} member(s)): {fix}")
+    return None
+
+
+def member_dirs(run_dir: Path, members: int) -> list[Path]:
+    """Where an ensemble's members 1 .. members-1 live (member 0 is the run itself)."""
+    return [Path(run_dir) / MEMBERS / str(i) for i in range(1, members)]
+
+
+def _shipped(name: str, device) -> Trained:
+    """A shipped posterior (``ship``'s two files) with its members, twins and densities."""
+    path, twin_path = SHIPPED / f"{name}.pt", SHIPPED / f"{name}_twin.pt"
+    state = read(path, device)
+    twins = read(twin_path, device) if twin_path.is_file() else None
+    members, twin_members = state.get("members", []), twins.get("members", []) if twins else []
+    if twins is not None and (len(twin_members) != len(members) or
+                              not all(isinstance(t, dict) and isinstance(t.get("net"), dict) for t in twin_members)):
+        raise CheckpointError(f"{twin_path} does not hold a twin for each of the {1 + len(members)} members of "
+                              f"{path}: ship them again together (scripts/ship_posterior.py)")
+    trained = _assemble(state, path, twins, twin_path, device, None, state["calibration"])
+    for i, member in enumerate(members):
+        if not isinstance(member, dict) or any(key not in member for key in ("epoch", "model", "guide")):
+            raise CheckpointError(f"{path}'s member {i + 1} lacks its epoch, model or guide: ship it again "
+                                  "(scripts/ship_posterior.py)")
+        own = {"config": state["config"], "num_data": state["num_data"], **member}
+        trained.members.append(_assemble(own, path, twin_members[i] if twins else None, twin_path, device, None, {}))
+    trained.densities = _densities(state.get("densities", {}))
+    return trained
+
+
+def _fitted(path: Path, trained: Trained, device) -> dict[str, dict]:
+    """The states of the posteriors fitted after training (RUN_DIR/fitted.pt), of kinds registered
+    here, {} where the run fitted none; fitted for another run's weights, refused."""
+    if not path.is_file():
+        return {}
+    stored = read(path, device)
+    if stored.get("run") != trained.run:
+        raise CheckpointError(f"{path} was fitted around another run's twin (their run ids differ): delete it, or fit "
+                              f"again: python -m bnn_zoo.train resume={path.parent} train.posteriors=[...]")
+    _check_registered(stored["posteriors"], path)
+    return stored["posteriors"]
+
+
+def _check_registered(names, path: Path) -> None:
+    """Refuse a run holding a kind of posterior this process has not registered (another process
+    registered it: its module must be imported here too)."""
+    unknown = sorted(name for name in names if isinstance(name, str) and name not in KINDS)
+    if unknown:
+        raise CheckpointError(f"{path} holds the posterior {unknown[0]}, which no kind registered here reads: import the "
+                              f"module that registers it (registered: {', '.join(KINDS)})")
+
+
+def _densities(states: dict) -> dict[str, FeatureDensity]:
+    return {part: FeatureDensity.from_state(state) for part, state in states.items()}
+
+
+def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path, device, samples,
+              calibration: dict) -> Trained:
+    """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float)."""
+    full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
+    config = stored_config(state, path)
+    fitted = config.get("train", {}).get("posteriors") if isinstance(config.get("train"), dict) else None
+    _check_registered(fitted if isinstance(fitted, list) else [], path)
+    try:
+        cfg = make_config(config)
+    except ConfigError as err:
+        by_name = ":" in str(config.get("arch"))  # a network by name: its module must import here
+        raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
+                              ("" if by_name else "; train the run again")) from None
+    networks = Plan.of(cfg).networks
+    with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
+        model, guide = build_networks(networks, state.get("num_data"), device)
+    _load_state(model, state["model"], path)
+    _load_state(guide, full(state["guide"]), path)
+    model.eval(), guide.eval()
+    twin = None
+    if twin_state is not None:
+        if twin_state.get("run") != state.get("run"):
+            raise CheckpointError(f"{twin_path} is the twin of another run than {path} (their run ids "
+                                  "differ): delete it, or train the twin again with this run")
+        with seeded(None, device):
+            twin = build_twin(networks, device)
+        _load_state(twin, full(twin_state["net"]), twin_path)
+        twin.eval()
+    return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
+                   calibration, _temperature(calibration), run=state.get("run"))
+
+
+def _rules(calibration: dict) -> dict[str, Rule]:
+    return {part: Rule.from_dict(calibration[part]["rule"]) if "rule" in calibration.get(part, {}) else Rule()
+            for part in KINDS}
+
+
+def _temperature(calibration: dict) -> Optional[float]:
+    """The scaled twin's temperature, where it was fitted on validation inputs its certificate did
+    not use (``temperature_inputs``: an older calibration fitted it on all of them)."""
+    scaled = calibration.get(TWIN_SCALED, {})
+    return scaled.get("temperature") if "temperature_inputs" in scaled else None
+
+
+def _sets(calibration: dict) -> dict[str, ConformalSets]:
+    return {part: ConformalSets.from_dict(calibration[part]["sets"]) for part in KINDS
+            if "sets" in calibration.get(part, {})}
+
+
+def read_calibration(path: Path) -> dict:
+    """calibration.json's content, {} when there is none."""
+    if not path.is_file():
+        return {}
+    fix = f"delete it or write it again: python -m bnn_zoo.certify {path.parent}"
+    calibration = read_json(path, "calibration bnn-zoo wrote", fix)
+    try:
+        for part in KINDS:
+            if "rule" in calibration.get(part, {}):
+                Rule.from_dict(calibration[part]["rule"])
+        _sets(calibration)
+        temperature = calibration.get(TWIN_SCALED, {}).get("temperature", 1.0)
+        if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
+            raise ValueError(f"temperature {temperature!r} is not a positive number")
+        return calibration
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); {fix}") from None

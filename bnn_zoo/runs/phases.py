@@ -1,0 +1,180 @@
+"""What training a run is made of: phases behind one small protocol (``Phase``), each run by the
+same loop (``bnn_zoo.runs.loop.train_phase``), which validates, checkpoints, stops a diverging run and
+resumes them all the same way. ``BayesPhase``: SVI of the Bayesian network with its guide;
+``TwinPhase``: maximum likelihood of its deterministic twin.
+
+Usage::
+
+    phase = BayesPhase(plan.networks, plan.train, num_data=len(splits.train), device=device, path=run.checkpoint)
+    twin = TwinPhase(plan.networks, plan.train, num_data=len(splits.train), device=device, path=run.twin_checkpoint)
+    loss = phase.loss(x, y)                          # a minibatch's negative ELBO, to minimize
+    figures = train_phase(phase, plan.train, config, splits, run_id, log, stored)
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable, Protocol
+
+import pyro
+import torch
+
+from ..core.captured_step import CapturedStep, NotCaptured, choose
+from ..core.elbo import TraceKL_ELBO
+from ..core.predictive import evaluating, predict
+from ..core.reparam import LocalReparameterization
+from ..data.sets import TensorSet
+from .factory import build_networks, build_twin
+from .plan import Networks
+from .schema import TrainConfig
+
+
+def planned_epochs(t: TrainConfig, num_data: int, twin: bool = False) -> int:
+    """The epochs a phase plans on ``num_data`` training examples: train.epochs (the twin's:
+    train.twin_epochs where given), or those that make train.steps minibatches of train.batch_size."""
+    if twin and t.twin_epochs:
+        return t.twin_epochs
+    if t.steps is None:
+        return t.epochs
+    return math.ceil(t.steps / math.ceil(num_data / t.batch_size))
+
+
+class Phase(Protocol):
+    """One thing a run trains with a torch optimizer, epoch by epoch, into a checkpoint of its own."""
+
+    label: str  # its name in the logs, metrics.json and the ladder: "bayes", "twin"
+    path: Path  # its checkpoint
+    epochs: int  # the planned length
+    lr: float  # Adam's learning rate at the plan's start
+    per_example: float  # a minibatch loss times this is nats per training example
+    sampled: bool  # whether its figures come from posterior draws
+
+    def parameters(self) -> list[torch.Tensor]:
+        """What the optimizer moves."""
+
+    def modules(self) -> list[torch.nn.Module]:
+        """The modules holding those parameters (what DDP wraps, ``bnn_zoo.runs.ranks``)."""
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """A minibatch's loss, a scalar to minimize."""
+
+    def end_epoch(self, record: dict, mean: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Add the phase's own figures of the epoch just done to ``record`` (``mean``: a sum's mean
+        over the ranks, ``bnn_zoo.runs.ranks.Ranks.mean``)."""
+
+    def metrics(self, data: TensorSet, samples: int) -> dict:
+        """Its figures on ``data`` (validation, test), from ``samples`` posterior draws where it draws."""
+
+    def state(self) -> dict:
+        """What its checkpoint holds besides the loop's own (epoch, optimizer, history, RNG)."""
+
+    def restore(self, stored: dict) -> None:
+        """Take back what ``state`` stored."""
+
+    def stepping(self):
+        """The context its training steps run in."""
+
+
+class BayesPhase:
+    """SVI of the Bayesian network: Adam on the guide's parameters and the model's own (a learned
+    prior or noise), the negative ELBO of ``TraceKL_ELBO`` (inside ``LocalReparameterization`` when
+    model.reparam=local), its data-fit and KL parts logged per epoch; the step captured as
+    ``train.capture`` says (``bnn_zoo.core.captured_step``). Build and run it with module-local parameters;
+    the steps run without Pyro's argument validation (they cost a third of a mnist_mlp step; the
+    traced run of ``kl_estimators`` before training keeps them on)."""
+
+    label = "bayes"
+    sampled = True
+
+    def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None,
+                 log: Callable[[str], None] = print):
+        self.model, self.guide = build_networks(networks, num_data, device)
+        self.elbo = TraceKL_ELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
+        self.reparam = LocalReparameterization if networks.model.reparam == "local" else nullcontext
+        self.path, self.lr, self.num_data, self.log = path, t.lr, num_data, log
+        self.epochs = planned_epochs(t, num_data)
+        self.per_example = 1.0 / num_data
+        self._data_fit = torch.zeros((), device=device)  # summed over the epoch's minibatches
+        self.capture = choose(t.capture, self.epochs * math.ceil(num_data / t.batch_size))
+        self._captured = None if self.capture == "eager" else \
+            CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log)
+        self._uncaptured: set[str] = set()  # why a step was not captured, said once each
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [*self.guide.parameters(), *self.model.parameters()]
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.guide, self.model]
+
+    def _loss_and_data_fit(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.reparam():
+            loss, parts = self.elbo.loss_and_parts(self.model, self.guide, x, y)
+        return loss, parts.data_fit
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        try:
+            loss, data_fit = (self._captured or self._loss_and_data_fit)(x, y)
+        except NotCaptured as err:  # for this batch shape: the others stay captured
+            if str(err) not in self._uncaptured:
+                self._uncaptured.add(str(err))
+                self.log(f"train.capture={self.capture}: cannot capture the step ({err}); it runs uncaptured")
+            loss, data_fit = self._loss_and_data_fit(x, y)
+        self._data_fit = self._data_fit + data_fit
+        return loss
+
+    def end_epoch(self, record: dict, mean) -> None:
+        data_fit = mean(self._data_fit).item() / record["steps"] / self.num_data
+        self._data_fit = torch.zeros_like(self._data_fit)
+        record.update(data_fit=data_fit, kl=record["loss"] - data_fit, **self.model.hyperparameters)
+
+    def metrics(self, data: TensorSet, samples: int) -> dict:
+        return self.model.likelihood.metrics(predict(self.model, self.guide, data.x, samples), data.y)
+
+    def state(self) -> dict:
+        return {"num_data": self.num_data, "model": self.model.state_dict(), "guide": self.guide.state_dict()}
+
+    def restore(self, stored: dict) -> None:
+        self.model.load_state_dict(stored["model"]), self.guide.load_state_dict(stored["guide"])
+
+    def stepping(self):
+        return pyro.validation_enabled(False)
+
+
+class TwinPhase:
+    """Maximum likelihood of the deterministic twin (with dropout when train.twin_dropout > 0),
+    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior``'s)."""
+
+    label = "twin"
+    per_example = 1.0
+    sampled = False
+
+    def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None):
+        self.twin = build_twin(networks, device)
+        self.path, self.epochs, self.lr = path, planned_epochs(t, num_data, twin=True), t.twin_lr or t.lr
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.twin.parameters())
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.twin]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.twin.loss(x, y)
+
+    def end_epoch(self, record: dict, mean) -> None:
+        pass  # the loop's loss is the whole story
+
+    @torch.no_grad()
+    def metrics(self, data: TensorSet, samples: int) -> dict:
+        with evaluating(self.twin):
+            return self.twin.likelihood.metrics(self.twin(data.x).unsqueeze(0), data.y)
+
+    def state(self) -> dict:
+        return {"net": self.twin.state_dict()}
+
+    def restore(self, stored: dict) -> None:
+        self.twin.load_state_dict(stored["net"])
+
+    def stepping(self):
+        return nullcontext()

@@ -1,0 +1,91 @@
+"""Continuing a run: the config a ``resume=DIR`` command line asks for, and the checkpoint it
+continues once the overrides are known to fit it (what defines the model cannot change; how long,
+how fast and where it trains can).
+
+Usage::
+
+    cfg = config_for_run(None, ["resume=runs/x", "train.epochs=30"])
+    stored = read_for_resume(cfg, Run(cfg.run_dir).checkpoint, device)
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from ..core.errors import ConfigError
+from .checkpoint import CHECKPOINT, TWIN_CHECKPOINT, config_dict, read, stored_config
+from .config import load_config, make_config
+from .phases import planned_epochs
+
+# What a resumed run may change: how long and how fast it trains from here, how it reports, where
+# it runs and reads data, the abstention certified at its end, and how many members an ensemble
+# has (the new ones are trained). The rest defines the model.
+RESUMABLE = ("train.members", "train.epochs", "train.steps", "train.patience", "train.twin_epochs", "train.lr",
+             "train.twin_lr", "train.lr_schedule", "train.lr_min_factor", "train.lr_step", "train.lr_gamma",
+             "train.eval_every", "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
+             "train.capture", "train.posteriors", "train.threads",
+             "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
+             "data.path", "data.test_path", "data.ood",
+             "abstention", "mcmc")
+
+
+def read_for_resume(cfg: DictConfig, path: Path, device) -> dict:
+    """The checkpoint ``resume=`` continues, once the config is known to fit it: overrides of
+    anything but RESUMABLE keys, and fewer epochs than are done, are refused."""
+    state = read(path, device)
+    # the stored config on today's defaults: a key added since the run was written has its default
+    differences = _differences(config_dict(make_config(stored_config(state, path))), config_dict(cfg))
+    changed = sorted(key for key in differences if not any(key == k or key.startswith(k + ".") for k in RESUMABLE))
+    if changed:
+        raise ConfigError(f"resume={cfg.resume} cannot change what defines the run: " +
+                          ", ".join(f"{k} ({differences[k][0]} -> {differences[k][1]})" for k in changed) +
+                          "; drop those overrides, or start a new run with them (run_dir=NEW)")
+    state.setdefault("run", None)
+    twin_path = path.with_name(TWIN_CHECKPOINT)
+    twin = read(twin_path, device) if twin_path.is_file() else None
+    state["twin"] = twin if twin is not None and twin.get("run") == state["run"] else None  # not a replaced run's
+    for key, label, done in (("train.epochs", "", state["epoch"]),
+                             ("train.twin_epochs", "twin ", state["twin"]["epoch"] if state["twin"] else 0)):
+        if planned_epochs(cfg.train, state["num_data"], twin=bool(label)) < done:
+            least = done
+            if cfg.train.steps and not (label and cfg.train.twin_epochs):  # the epochs follow the steps
+                key, least = "train.steps", done * math.ceil(state["num_data"] / cfg.train.batch_size)
+            raise ConfigError(f"bad config key {key!r}: the {label}run in {path.parent} has trained {done} "
+                              f"epochs; resume with {key} >= {least}")
+    return state
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
+    """{dotted key: (old, new)} where two config dicts differ."""
+    differences = {}
+    for key in old.keys() | new.keys():
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differences.update(_differences(a, b, f"{prefix}{key}."))
+        elif a != b:
+            differences[f"{prefix}{key}"] = (a, b)
+    return differences
+
+
+
+def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
+    """The config a command line asks for; ``resume=DIR`` starts from the config stored in DIR's
+    checkpoint."""
+    resume = [o for o in overrides if o.startswith("resume=")]
+    if not resume:
+        return load_config(name or "toy_mlp", overrides)
+    run_dir = Path(resume[-1].split("=", 1)[1])
+    if name is not None:
+        raise ConfigError("resume=DIR continues DIR's own config: give no config name with it")
+    elsewhere = [o.split("=", 1)[1] for o in overrides if o.startswith("run_dir=")]
+    if elsewhere and Path(elsewhere[-1]).resolve() != run_dir.resolve():
+        raise ConfigError(f"bad config key 'run_dir': resume={run_dir} continues the run in {run_dir}, not in "
+                          f"{elsewhere[-1]}: drop run_dir=, or copy the run there first and resume={elsewhere[-1]}")
+    if not (run_dir / CHECKPOINT).is_file():
+        raise ConfigError(f"bad config key 'resume': nothing to resume in {run_dir}: it holds no {CHECKPOINT} "
+                          "(the run stopped before its first checkpoint, or the path is wrong); start the run "
+                          "again, with overwrite=true to replace what is there")
+    return make_config(stored_config(read(run_dir / CHECKPOINT), run_dir / CHECKPOINT),
+                       [*overrides, f"run_dir={run_dir}"])

@@ -1,0 +1,127 @@
+"""A trained run as one object (``Trained``: its model, guide, twin, HMC samples, posteriors fitted
+after training, ensemble members, certified rules and sets), and the posteriors it holds by the
+registry's kinds (``posteriors``). ``bnn_zoo.runs.loading.load`` builds one from a run directory or
+a shipped name.
+
+Usage: ``trained = bnn_zoo.load("runs/lenet"); posteriors(trained)["bayes"].predict(x)``
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from omegaconf import DictConfig
+
+from ..abstain.conformal import ConformalSets
+from ..abstain.rule import DENSITY, Rule
+from ..core.bnn import BayesianNet
+from ..core.errors import CheckpointError
+from ..core.twin import Twin
+from ..posterior import KINDS, Posterior
+from .checkpoint import digest
+
+
+@dataclass
+class Trained:
+    model: BayesianNet
+    guide: torch.nn.Module
+    config: DictConfig
+    twin: Optional[Twin] = None  # the deterministic twin, when the run trained one
+    epoch: int = 0
+    samples: Optional[dict] = None  # HMC weight samples {site: [S, *shape]}, when infer=nuts
+    # What calibration.json certified: read through ``rules`` and ``sets``, which refuse it where it
+    # certified other weights than the run holds
+    _rules: dict = field(default_factory=dict)
+    _sets: dict = field(default_factory=dict)
+    calibration: dict = field(default_factory=dict)  # calibration.json's content
+    # The twin's temperature (bnn_zoo.abstain.temperature), fitted on validation where calibration.json holds one
+    temperature: Optional[float] = None
+    # The feature densities a certified density gate reads, by posterior (RUN_DIR/density.pt)
+    densities: dict = field(default_factory=dict)
+    members: list = field(default_factory=list)  # an ensemble's other members (train.members), each a Trained
+    # The states of the posteriors fitted after training, by kind: one a member (bnn_zoo.posterior.base)
+    fitted: dict = field(default_factory=dict)
+    run: Optional[str] = None  # the run id its checkpoints share
+    # Why the calibration cannot be used (it certified other weights), with the command that
+    # re-certifies; None where it can, or where there is none.
+    calibration_problem: Optional[str] = None
+
+    @property
+    def rules(self) -> dict[str, Rule]:
+        """The abstention rule of each posterior ("bayes", "twin", "hmc"; see bnn_zoo.posterior): certified
+        on validation where the run holds calibration.json, else the quantile rule, Rule(); a
+        CheckpointError where its calibration certified other weights than the run holds now."""
+        if self.calibration_problem:
+            raise CheckpointError(self.calibration_problem)
+        return self._rules
+
+    @property
+    def sets(self) -> dict[str, ConformalSets]:
+        """Each posterior's conformal prediction sets, where calibration.json holds them; a
+        CheckpointError where it certified other weights than the run holds now."""
+        if self.calibration_problem:
+            raise CheckpointError(self.calibration_problem)
+        return self._sets
+
+    @property
+    def device(self) -> torch.device:
+        """Where the run was loaded (its prior and noise tensors live there)."""
+        return self.model.device
+
+    def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
+        """Each model's rule: the run's certified one (``calibrated``; the quantile rule where the run
+        holds none; a CheckpointError where its calibration certified other weights) or the
+        quantile rule with the given knobs (``quantile``)."""
+        if rule == "calibrated":
+            return {part: self.rules.get(part, Rule()) for part in KINDS}
+        if rule == "quantile":
+            return {part: Rule(quantile, threshold) for part in KINDS}
+        raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
+
+
+
+
+def posteriors(trained: Trained) -> dict[str, Posterior]:
+    """The posteriors a trained run holds, by the registry's kinds (``bnn_zoo.posterior.KINDS``, in
+    its order): its guide (or the mixture of its ensemble's), its twin (MC dropout, the deep
+    ensemble), the twin temperature-scaled where certification fitted a temperature, HMC's samples,
+    and the kinds fitted after training (Laplace, SWAG, ...) where it fitted them."""
+    found = {name: kind.of_run(trained) for name, kind in KINDS.items()}
+    return {name: posterior for name, posterior in found.items() if posterior is not None}
+
+
+def gate_density(rule: Rule, trained: Trained, part: str, posterior: Posterior, x: torch.Tensor) -> torch.Tensor | None:
+    """[N]: the feature density scores ``rule`` (``part``'s) gates ``x`` on, None where its gate
+    reads the probabilities alone (``rule(probs, gate_density(...))`` either way)."""
+    if rule.signal != DENSITY:
+        return None
+    if part not in trained.densities:
+        raise CheckpointError(f"the {part} rule gates on a feature density this run does not hold (density.pt): "
+                              "certify it again with python -m bnn_zoo.certify RUN_DIR --twin-signal feature_density")
+    return trained.densities[part].score(posterior.features(x))
+
+
+def sampled_probs(trained: Trained, x: torch.Tensor, num_samples: int) -> dict[str, torch.Tensor]:
+    """Each posterior's sampled predictions on ``x``: [num_samples, N, C] ([1, N, C] for a point
+    estimate, [K, N, C] for a deep ensemble of K twins)."""
+    return {part: posterior.predict(x, num_samples) for part, posterior in posteriors(trained).items()}
+
+
+def weights_digest(trained: Trained) -> str:
+    """A digest of every weight a run's posteriors answer with (guide, model, twin, HMC samples,
+    the posteriors fitted after training, ensemble members): a calibration certifies these and no
+    others (a run that fitted none digests as runs did before there were any)."""
+    weights = {"model": trained.model.state_dict(), "guide": trained.guide.state_dict(),
+               "twin": trained.twin.state_dict() if trained.twin is not None else None,
+               "samples": trained.samples, "members": [weights_digest(m) for m in trained.members]}
+    return digest({**weights, "fitted": trained.fitted} if trained.fitted else weights)
+
+
+
+def certified_weights(trained: Trained) -> dict:
+    """What calibration.json records of the weights it certified."""
+    return {"digest": weights_digest(trained), "run": trained.run, "epoch": trained.epoch,
+            "members": 1 + len(trained.members)}
+
+

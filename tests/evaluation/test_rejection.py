@@ -1,0 +1,58 @@
+import json
+
+import pyro
+import pytest
+import torch
+from conftest import DEVICE
+from PIL import Image
+
+from bnn_zoo import load, predict
+from bnn_zoo.abstain.rule import abstain
+from bnn_zoo.cli.rejection import script_main
+from bnn_zoo.data.ood_sets import white_noise
+from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.evaluation.rejection import refusal_curve, rejection_report
+from bnn_zoo.posterior import BAYES, TWIN
+
+
+def test_refusal_curve_counts_inputs_below_each_threshold():
+    probs = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]]).unsqueeze(0)  # top probabilities .9 .6 .7
+    curve = refusal_curve(probs, 0.5, torch.tensor([0.0, 0.65, 0.8, 0.95]))
+    assert curve.tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
+
+
+def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert script_main("noise", [str(tiny_run), "--out", str(out), "--samples", "5", "--test-size", "200",
+                                 "--ood-size", "50"], "doc") == 0
+    printed = capsys.readouterr().out
+    assert "refused on MNIST" in printed and "Bayesian" in printed and "deterministic" in printed
+    result = json.loads((out / "reject_noise.json").read_text())["posteriors"]
+    # the same draws, recomputed: MNIST test first, then the noise
+    trained = load(tiny_run, DEVICE)
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    pyro.set_rng_seed(0)
+    in_probs = predict(trained.model, trained.guide, normalize(images[:200]).to(DEVICE), 5)
+    noise = predict(trained.model, trained.guide, normalize(white_noise(50, 0)).to(DEVICE), 5)
+    assert result[BAYES]["ood"]["refused"] == pytest.approx(abstain(noise).refused.float().mean().item())
+    assert result[BAYES]["test"]["refused"] == pytest.approx(abstain(in_probs).refused.float().mean().item())
+    assert result[BAYES]["test"]["accuracy"] == pytest.approx(
+        (in_probs.mean(0).argmax(1).cpu() == labels[:200]).float().mean().item())
+    twin = trained.twin(normalize(white_noise(50, 0)).to(DEVICE))
+    assert result[TWIN]["ood"]["refused"] == pytest.approx(abstain(twin[None]).refused.float().mean().item())
+    assert "by_mutual_information" in result[BAYES]["ood"] and "by_mutual_information" not in result[TWIN]["ood"]
+    row = next(line for line in printed.splitlines() if line.startswith("refused on white noise"))
+    assert row.split()[-2:] == [f"{100 * result[p]['ood']['refused']:.2f}%" for p in (BAYES, TWIN)]
+    for plot in ("histograms", "mean_probabilities", "refusal_vs_threshold", "risk_coverage", "reliability"):
+        with Image.open(out / f"{plot}.png") as img:
+            assert min(img.size) > 300 and len(img.convert("L").getcolors(256) or ()) > 20  # a drawn figure
+
+
+def test_rejection_report_refuses_a_missing_run(tmp_path, capsys):
+    assert script_main("noise", [str(tmp_path / "none")], "doc") == 2
+    assert "is neither a run directory nor a shipped posterior" in capsys.readouterr().err
+
+
+def test_an_unknown_ood_set_is_named(tiny_run):
+    with pytest.raises(ValueError, match="unknown out-of-distribution set 'digits'"):
+        rejection_report(tiny_run, "digits", num_samples=2, test_size=10)

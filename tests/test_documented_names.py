@@ -1,0 +1,102 @@
+"""What the docs promise by name works: each ``python -m bnn_zoo.X`` they give answers --help, each
+dotted bnn_zoo name in the README, the docs and the package's own docstrings and comments resolves,
+every name the package exported before its rooms were built still does, and the names users typed
+before the renames still work with a one-line notice."""
+import importlib
+import re
+import runpy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import bnn_zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(bnn_zoo.__file__).parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # CHANGELOG.md keeps the old names
+SOURCES = sorted((ROOT / "bnn_zoo").rglob("*.py"))
+COMMAND = re.compile(r"python -m (bnn_zoo(?:\.\w+)+)")
+DOTTED = re.compile(r"(?<![\w./])bnn_zoo(?:\.[A-Za-z_]\w*)+")
+# bnn_zoo.__all__ before the restructure (main at 2f169ae): each still imports from the package
+EXPORTED = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
+            "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "SplitELBO", "Trained",
+            "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
+            "make_prior", "make_twin", "posteriors", "predict"]
+
+
+def _found(pattern: re.Pattern, files: list[Path]) -> dict[str, str]:
+    """Each match of ``pattern`` in ``files``, with the first file that gives it."""
+    found = {}
+    for file in files:
+        for match in pattern.findall(file.read_text()):
+            found.setdefault(match.rstrip("."), str(file.relative_to(ROOT)))
+    return found
+
+
+def resolve(dotted: str):
+    """The object a dotted name names, attribute by attribute from the package (``bnn_zoo.predict``
+    is the function, not the command's module), importing a submodule where one is not yet loaded;
+    a module that is not this package's file (an editable install's other copy) does not count."""
+    parts = dotted.split(".")
+    found = bnn_zoo
+    for depth, name in enumerate(parts[1:], 2):
+        if not hasattr(found, name):
+            module = importlib.import_module(".".join(parts[:depth]))
+            if not Path(module.__file__).is_relative_to(PACKAGE):
+                raise ModuleNotFoundError(f"{module.__name__} is no module of {PACKAGE}")
+        found = getattr(found, name)
+    return found
+
+
+COMMANDS = {**_found(COMMAND, SOURCES), **_found(COMMAND, DOCS)}
+NAMES = {name: where for name, where in {**_found(DOTTED, SOURCES), **_found(DOTTED, DOCS)}.items()
+         if name not in COMMANDS and not name.endswith((".py", ".pt", ".json"))}
+
+
+def test_the_docs_give_every_command():
+    documented = {"train", "predict", "evaluate", "certify", "serve", "trust"}
+    assert {f"bnn_zoo.{command}" for command in documented} <= set(_found(COMMAND, DOCS))
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_each_documented_command_answers_help(command, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [command, "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module(command, run_name="__main__")
+    assert stop.value.code == 0, f"{command} (in {COMMANDS[command]}) exited {stop.value.code}"
+    assert capsys.readouterr().out.startswith("usage:")
+
+
+@pytest.mark.filterwarnings("ignore:bnn_zoo.SplitELBO is now:DeprecationWarning")
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_each_documented_name_resolves(name):
+    try:
+        resolve(name)
+    except (ImportError, AttributeError) as err:
+        pytest.fail(f"{name}, named in {NAMES[name]}, does not resolve: {err}")
+
+
+def test_every_name_exported_before_still_imports():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = {name: getattr(bnn_zoo, name) for name in EXPORTED}
+    assert found["SplitELBO"] is bnn_zoo.TraceKL_ELBO
+    assert [str(w.message) for w in caught] == ["bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO"]
+    assert set(EXPORTED) - {"SplitELBO"} <= set(bnn_zoo.__all__)
+
+
+def test_the_old_command_and_config_key_work_with_a_notice(monkeypatch, capsys):
+    from bnn_zoo.runs.config import make_config
+
+    monkeypatch.setattr(sys, "argv", ["bnn_zoo.calibrate", "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("bnn_zoo.calibrate", run_name="__main__")
+    assert stop.value.code == 0
+    printed = capsys.readouterr()
+    assert printed.err == "note: python -m bnn_zoo.calibrate is now python -m bnn_zoo.certify\n"
+    assert "python -m bnn_zoo.certify RUN_DIR" in printed.out
+    cfg = make_config({"arch": "lenet"}, ["abstention.calibrate=false"])
+    assert cfg.abstention.certify is False
+    assert capsys.readouterr().err == "note: abstention.calibrate is now abstention.certify\n"
