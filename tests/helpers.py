@@ -22,6 +22,11 @@ def first_by_default(values) -> list:
     return [pytest.param(value, marks=() if i == 0 else pytest.mark.slow) for i, value in enumerate(values)]
 
 
+def these_by_default(values, kept) -> list:
+    """Parameters for ``pytest.mark.parametrize``: ``kept`` in the default suite, the others ``slow``."""
+    return [pytest.param(value, marks=() if value in kept else pytest.mark.slow) for value in values]
+
+
 def write_idx(path, tensor: torch.Tensor, gz: bool = False):
     header = bytes([0, 0, 0x08, tensor.dim()]) + b"".join(
         s.to_bytes(4, "big") for s in tensor.shape)

@@ -8,7 +8,7 @@ import pyro
 import pytest
 import torch
 from conftest import NO_MNIST, SHARED_DATA, tiny_config
-from helpers import first_by_default
+from helpers import first_by_default, these_by_default
 
 from bnn_zoo import load, predict
 from bnn_zoo.cli.train import config_for_run, main, train
@@ -83,7 +83,8 @@ def _table(path, x, y):
     return str(path)
 
 
-@pytest.mark.parametrize("name", config_names())
+# A classifier on images, a regression on the toy and one on a table by default; every config under -m slow
+@pytest.mark.parametrize("name", these_by_default(config_names(), ("lenet", "toy_mlp", "table_regression")))
 def test_cli_smoke_run_of_every_config(name, tmp_path):
     own = [f"data.path={_table(tmp_path / 'data' / 't.csv', torch.randn(60, 2), torch.arange(60) % 2)}"] \
         if name.startswith("table_") else []
