@@ -32,7 +32,9 @@ def corrupted_sets(data: DataConfig, names: tuple[str, ...], root: str | None, s
                    limit: int | None = None):
     """(name, inputs as the run's network sees them, labels) for each corruption ``names`` of the
     same seeded sample of ``size`` test images (of the first ``limit``), one set at a time."""
-    if names and data.name not in TORCHVISION_SETS:
+    if not names:
+        return
+    if data.name not in TORCHVISION_SETS:
         raise DataError(f"the corruptions are of 28x28 MNIST-like images; a {data.name} run has none to score "
                         "(leave out --shift)")
     images, labels = load_torchvision(data.name, root, train=False, download=data.download)

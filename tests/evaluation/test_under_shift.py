@@ -97,3 +97,13 @@ def test_the_shipped_twin_s_alarm_sounds_on_a_corruption_and_not_on_clean_test_i
         shifted_x = pixel_inputs(trained.config.data, corrupt(images[:300], corruption))
         alarm = trained.alarm("twin").observe(twin.predict(shifted_x))
     assert alarm.alarmed and alarm.describe().startswith("shift alarm: these inputs do not look like")
+
+
+def test_a_run_on_other_data_has_no_corruptions_and_asking_for_them_says_why():
+    from bnn_zoo.core.errors import DataError
+    from bnn_zoo.data.config import DataConfig
+
+    folder = DataConfig(name="folder", path="pngs")
+    assert default_shift(folder) == () and list(corrupted_sets(folder, (), None, 10)) == []  # reads nothing
+    with pytest.raises(DataError, match="the corruptions are of 28x28 MNIST-like images; a folder run has none"):
+        list(corrupted_sets(folder, ("fog",), None, 10))
