@@ -11,10 +11,12 @@ Usage::
     trained = bnn_zoo.load("lenet")                             # a run directory, or a shipped name
     probs = bnn_zoo.posteriors(trained)["bayes"].predict(x, num_samples=100)   # guide or ensemble alike
     probs = bnn_zoo.predict(model, guide, x, num_samples=100)   # one guide (or weight samples)
+    trained.alarm("bayes").observe(probs).describe()            # do these inputs still look certified-like?
 """
 from importlib.metadata import PackageNotFoundError, version
 
 from .abstain.conformal import ConformalSets, calibrate_sets
+from .abstain.shift import ShiftAlarm
 from .abstain.temperature import fit_temperature
 from .core.architectures import ARCHITECTURES, build, make_net, make_twin
 from .core.bnn import BayesianNet, bayesian
@@ -45,6 +47,6 @@ except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
-           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "TraceKL_ELBO", "Trained",
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "ShiftAlarm", "TraceKL_ELBO", "Trained",
            "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
            "make_prior", "make_twin", "posteriors", "predict"]

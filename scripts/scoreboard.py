@@ -8,10 +8,12 @@ machine's fonts): refused under the run's certified rule and under the quantile 
 / FPR95 by entropy and by mutual information, AUROC by the feature density, and for overlaid digits
 the share refused or answered with a set holding both. Then the ladder: one row per posterior with
 its AUROC per set and its cost (training minutes, seconds and peak MB to predict the test set,
-numbers stored), the feature density's AUROC per set, and ladder.png.
+numbers stored), the feature density's AUROC per set, and ladder.png. Then shift: per posterior,
+under MNIST-C's corruptions of the test set, the mean refused, the inputs answered wrong (mean and
+worst), and where the shift alarm sounds; and per corruption each posterior's figures.
 
 Usage: python scripts/scoreboard.py mnist_mlp lenet lenet_fashion [--out scoreboard] [--samples 100]
-           [--ood-size 10000] [--near-size 2000]        # shipped posteriors, or run directories
+           [--ood-size 10000] [--near-size 2000] [--shift-size 500]   # shipped posteriors, or run directories
 """
 import json
 import sys
@@ -60,6 +62,7 @@ PER_SET: list[tuple[str, bool, Callable[[OODResult], float | None]]] = [
     ("FPR95 MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.fpr95),
     ("AUROC density", False, lambda o: o.by_feature_density and o.by_feature_density.auroc),
     ("handled (overlaid)", True, lambda o: o.handled)]
+ALARM_WITHIN = 50  # inputs: the shift table counts the corruptions the alarm caught this soon
 # Near sets for a FashionMNIST run: the ones that are not digits themselves.
 NEAR_FOR = {"mnist": NEAR, "fashion_mnist": ("letters", "constant", "scribbles", "blank")}
 
@@ -97,7 +100,23 @@ class ScoredRun:
                        "density_auroc": self.near_density_auroc(r)}
                 for part, r in self.evaluation.posteriors.items()}
         return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
-                "train_seconds": self.train_seconds, "near_means": near}
+                "train_seconds": self.train_seconds, "near_means": near,
+                "shift_means": {part: shift_summary(r) for part, r in self.evaluation.posteriors.items() if r.shift}}
+
+
+def shift_summary(result: PosteriorResult) -> dict:
+    """A posterior's figures over the corruptions: mean refused, mean and worst share answered wrong
+    (and where), on how many at most 1% is answered wrong, and on how many the alarm sounded within
+    ``ALARM_WITHIN`` inputs (None: no alarm reference)."""
+    shift = result.shift
+    worst = max(shift, key=lambda c: shift[c].wrong)
+    alarms = [r.alarm for r in shift.values()]
+    return {"corruptions": len(shift), "refused": _mean([r.refused for r in shift.values()]),
+            "wrong": _mean([r.wrong for r in shift.values()]), "worst": worst, "worst_wrong": shift[worst].wrong,
+            "at_most_1pct_wrong": sum(r.wrong <= 0.01 for r in shift.values()),
+            "alarm_within": None if None in alarms else sum(
+                a.alarm_at is not None and a.alarm_at <= ALARM_WITHIN for a in alarms),
+            "clean_alarm_at": result.test.alarm and result.test.alarm.alarm_at}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -165,7 +184,41 @@ def markdown(runs: dict[str, ScoredRun]) -> str:
             for r in run.evaluation.posteriors.values():
                 lines.append(f"| {ood}{' (near)' if ood in run.near else ''} | {r.posterior} | " + " | ".join(
                     _cell(figure(r.ood[ood]), percent) for _, percent, figure in PER_SET) + " |")
-    return "\n".join(lines + ["", ladder_table(runs), "", density_table(runs)])
+    return "\n".join(lines + ["", ladder_table(runs), "", density_table(runs), "", shift_table(runs)])
+
+
+def shift_table(runs: dict[str, ScoredRun]) -> str:
+    """Under shift: a row per posterior over the corruptions (``shift_summary``), then per run a row
+    per corruption with each posterior's refused / wrong / the input its alarm sounded at."""
+    rows = {label: (run, r) for label, (run, _, r) in ladder_rows(runs).items() if r.shift}
+    if not rows:
+        return ""
+    lines = ["| posterior | corruptions | refused (mean) | answered wrong (mean) | worst wrong | at most 1% wrong on | "
+             f"alarm within {ALARM_WITHIN} on | alarm on clean test |", "|" + " --- |" * 8]
+    for label, (run, r) in rows.items():
+        s = shift_summary(r)
+        clean = "n/a" if r.test.alarm is None else "none" if s["clean_alarm_at"] is None else f"at {s['clean_alarm_at']}"
+        within = "n/a" if s["alarm_within"] is None else f"{s['alarm_within']} of {s['corruptions']}"
+        lines.append(f"| {label} | {s['corruptions']} | {_cell(s['refused'], True)} | {_cell(s['wrong'], True)} | "
+                     f"{_cell(s['worst_wrong'], True)} ({s['worst']}) | {s['at_most_1pct_wrong']} of {s['corruptions']} | "
+                     f"{within} | {clean} |")
+    for name, run in runs.items():
+        results = {part: r for part, r in run.evaluation.posteriors.items() if r.shift}
+        if not results:
+            continue
+        first = next(iter(results.values()))
+        stream = f" of {first.test.alarm.stream}" if first.test.alarm else ""
+        lines += ["", f"**{name}** under shift: refused / answered wrong / the input{stream} its alarm sounded at",
+                  "", "| corruption | " + " | ".join(r.posterior for r in results.values()) + " |",
+                  "|" + " --- |" * (len(results) + 1)]
+        for corruption in first.shift:
+            cells = []
+            for r in results.values():
+                c = r.shift[corruption]
+                at = "n/a" if c.alarm is None else "none" if c.alarm.alarm_at is None else str(c.alarm.alarm_at)
+                cells.append(f"{_cell(c.refused, True)} / {_cell(c.wrong, True)} / {at}")
+            lines.append(f"| {corruption} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def ladder_rows(runs: dict[str, ScoredRun]) -> dict[str, tuple[ScoredRun, str, PosteriorResult]]:
@@ -239,6 +292,8 @@ def main(argv=None) -> int:
     cli.add_sampling_options(parser)
     cli.add_data_options(parser)
     parser.add_argument("--near-size", type=cli.count, default=2000, help="images per near-OOD set (default 2000)")
+    parser.add_argument("--shift-size", type=cli.count, default=500,
+                        help="test images per corruption, and the inputs each set's shift alarm watches (default 500)")
     parser.add_argument("--ood", nargs="*", default=[], type=ood_name, metavar="NAME=FOLDER",
                         help="more far OOD sets, folders of images (a run on your own data has these alone)")
     args = parser.parse_args(argv)
@@ -251,7 +306,8 @@ def main(argv=None) -> int:
         # read first: a damaged metrics.json is named now, not after the evaluation
         seconds = {run: training_seconds(run) for run in args.runs}
         runs = {run: score(run, args.samples, args.ood_size, args.near_size, seconds[run], tuple(args.ood), seed=args.seed,
-                           test_size=args.test_size, data_root=args.data_root, device=args.device)
+                           test_size=args.test_size, data_root=args.data_root, device=args.device,
+                           shift_size=args.shift_size)
                 for run in args.runs}
         write_atomic(out / "scoreboard.json", json.dumps({**provenance(), "runs": {name: run.to_dict() for name, run in runs.items()}},
                                                         indent=2))

@@ -1,11 +1,13 @@
-"""Give shipped posteriors their conformal prediction sets and their temperature-scaled twin,
-keeping everything else of their files (weights, the rules they shipped with): each posterior's
-sets, certified on the shipped config's validation split at its abstention.alpha with its
-abstention.set_score, and the scaled twin's temperature, rule and sets, all from the draws
-calibration makes (``certify_trained``: seed 0, abstention.samples). Prints each set's threshold
-and what it does on validation.
+"""Give shipped posteriors their conformal prediction sets, their temperature-scaled twin and
+their shift alarm's reference, keeping everything else of their files (weights, the rules they
+shipped with): each posterior's sets, certified on the shipped config's validation split at its
+abstention.alpha with its abstention.set_score, the certifying inputs' scores the alarm compares
+with (``bnn_zoo.abstain.shift``), and the scaled twin's temperature, rule and sets, all from the
+draws certification makes (``certify_trained``: seed 0, abstention.samples). Prints each set's
+threshold and what it does on validation. ``--alarm-only`` adds the alarm's references and keeps
+the rest as it shipped.
 
-Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR]
+Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR] [--alarm-only]
 """
 import sys
 
@@ -21,9 +23,9 @@ from bnn_zoo.runs.trained import sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)
-def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
-    """Certify ``name``'s sets (and its scaled twin) and write them into its file; returns {part:
-    (sets, validation coverage, size)}."""
+def ship_sets(name: str, data_root: str | None = None, seed: int = 0, alarm_only: bool = False) -> dict:
+    """Certify ``name``'s sets (and its scaled twin) and write them into its file with the alarm's
+    references (``alarm_only``: those alone); returns {part: (sets, validation coverage, size)}."""
     trained = load(name)  # a shipped name is the shipped posterior, whatever folder is here
     a = trained.config.abstention
     x, labels = validation_set(trained, data_root)
@@ -31,12 +33,16 @@ def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
                                 a.samples, a.alpha, a.set_score, seed)
     path = SHIPPED / f"{name}.pt"
     state = read(path)
-    state["calibration"].pop(TWIN_SCALED, None)  # a scaled twin shipped before goes with its temperature
+    if not alarm_only:
+        state["calibration"].pop(TWIN_SCALED, None)  # a scaled twin shipped before goes with its temperature
     for part, entry in certified.items():
-        if part == TWIN_SCALED:
+        if alarm_only:
+            if part in state["calibration"]:
+                state["calibration"][part]["alarm"] = entry["alarm"]
+        elif part == TWIN_SCALED:
             state["calibration"][part] = entry
         else:
-            state["calibration"].setdefault(part, {})["sets"] = entry["sets"]
+            state["calibration"].setdefault(part, {}).update(sets=entry["sets"], alarm=entry["alarm"])
     save_atomic(state, path)
     trained = load(name)
     with seeded(seed):
@@ -48,11 +54,12 @@ def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("names", nargs="+", choices=shipped_names(), metavar="NAME")
     parser.add_argument("--data-root", default=None, help="the data folder (default $BNN_ZOO_DATA, then ./data)")
+    parser.add_argument("--alarm-only", action="store_true", help="add the shift alarm's references alone")
     args = parser.parse_args(argv)
 
     def command() -> int:
         for name in args.names:
-            for part, (sets, coverage, size) in ship_sets(name, args.data_root).items():
+            for part, (sets, coverage, size) in ship_sets(name, args.data_root, alarm_only=args.alarm_only).items():
                 print(f"{name} {part}: {sets.score} score <= {sets.threshold:.4g} at {1 - sets.alpha:.0%} "
                       f"({sets.n} validation inputs: coverage {coverage:.2%}, mean size {size:.3f})")
         return 0

@@ -125,6 +125,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
 
     import bnn_zoo.runs.loading
     from bnn_zoo.abstain.conformal import calibrate_sets
+    from bnn_zoo.abstain.rule import uncertainty
     from bnn_zoo.cli.certify import validation_set
     from bnn_zoo.core.predictive import seeded
     from bnn_zoo.posterior import certifying
@@ -151,6 +152,9 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     for part in ("bayes", "twin"):
         assert after["calibration"][part]["sets"] == expected[part].to_dict()
         assert after["calibration"][part]["rule"] == before["calibration"][part]["rule"]
+        # the shift alarm's reference: the certifying inputs' entropies, from the same draws
+        entropy = uncertainty(sampled[part][:, held[part]])["entropy"].double()
+        assert after["calibration"][part]["alarm"]["scores"] == torch.round(entropy, decimals=4).tolist()
     assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
     assert f"mnist_mlp bayes: thr score <= {expected['bayes'].threshold:.4g} at 99%" in capsys.readouterr().out
     # and the temperature-scaled twin, fitted and certified on the same validation split
@@ -233,7 +237,8 @@ def test_hand_written_bayes_by_backprop_learns():
 def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, capsys):
     out = tmp_path / "board"
     assert load_script("scoreboard").main([str(certified_run), "--out", str(out), "--samples", "3",
-                                           "--test-size", "150", "--ood-size", "40", "--near-size", "20"]) == 0
+                                           "--test-size", "150", "--ood-size", "40", "--near-size", "20",
+                                           "--shift-size", "30"]) == 0
     printed = capsys.readouterr().out
     written = json.loads((out / "scoreboard.json").read_text())
     assert written["command"].startswith("python ") and written["commit"] and "CPU cores" in written["machine"]
@@ -296,6 +301,22 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     near_density = [twin["ood"][n]["by_feature_density"]["auroc"] for n in results["near"]]
     assert cells[1] == f"{twin['ood']['notmnist']['by_feature_density']['auroc']:.4f}"
     assert cells[-1] == f"{sum(near_density) / len(near_density):.4f}" == f"{results['near_means'][TWIN]['density_auroc']:.4f}"
+    # under shift: a row per posterior over the fifteen corruptions, then a row per corruption
+    shift = bayes["shift"]
+    assert len(shift) == 15 and all(c["alarm"]["stream"] == 30 for c in shift.values())
+    summary = results["shift_means"][BAYES]
+    worst = max(shift, key=lambda c: shift[c]["wrong"])
+    assert summary["wrong"] == pytest.approx(sum(c["wrong"] for c in shift.values()) / 15) and summary["worst"] == worst
+    row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run.name}: mean-field VI | 15 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    within = sum(c["alarm"]["alarm_at"] is not None and c["alarm"]["alarm_at"] <= 50 for c in shift.values())
+    assert cells[2:7] == [f"{100 * summary['refused']:.2f}%", f"{100 * summary['wrong']:.2f}%",
+                          f"{100 * shift[worst]['wrong']:.2f}% ({worst})",
+                          f"{sum(c['wrong'] <= 0.01 for c in shift.values())} of 15", f"{within} of 15"]
+    fog = shift["fog"]
+    at = "none" if fog["alarm"]["alarm_at"] is None else str(fog["alarm"]["alarm_at"])
+    row = next(line for line in printed.splitlines() if line.startswith("| fog |"))
+    assert row.split("|")[2].strip() == f"{100 * fog['refused']:.2f}% / {100 * fog['wrong']:.2f}% / {at}"
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
@@ -416,3 +437,33 @@ def test_tables_runs_the_documented_line_and_its_ensemble_beside_the_baselines(t
     assert row["linear"]["accuracy"] == 1.0 and row["mean"]["accuracy"] == pytest.approx(0.2)
     assert row["command"].startswith("python -m bnn_zoo.train table_classification data.path=")
     assert f"| iris | 0 | {row['bayes']['accuracy']:.2%} / {row['bayes']['nll']:.3f} |" in capsys.readouterr().out
+
+
+def test_the_clopper_pearson_bound_of_the_alarm_rates():
+    bound = load_script("alarm_rates").upper_bound
+    assert bound(0, 200) == pytest.approx(1 - 0.05 ** (1 / 200), rel=1e-6)  # (1 - p)^n = 0.05
+    assert bound(200, 200) == 1.0 and bound(2, 200) == pytest.approx(0.0311, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_alarm_rates_counts_the_alarms_it_prints(shared_data, tmp_path, capsys):
+    """The shipped lenet's twins: false alarms over streams of test digits, and per corruption the
+    median input of the first alarm over orders, each what the alarm itself gives."""
+    script = load_script("alarm_rates")
+    out = tmp_path / "rates.json"
+    assert script.main(["lenet", "--posteriors", "twin", "--streams", "4", "--length", "300", "--orders", "3",
+                        "--data-root", str(shared_data), "--json", str(out)]) == 0
+    printed, found = capsys.readouterr().out, json.loads(out.read_text())["twin"]
+    assert f"false alarms on 4 streams of 300 MNIST test inputs: {found['false_alarms']:.2%}" in printed
+    from bnn_zoo.abstain.shift import scores
+    from bnn_zoo.evaluation.under_shift import corrupted_sets
+    from bnn_zoo.runs.trained import posteriors
+
+    trained = load("lenet")
+    (_, x, _), = corrupted_sets(trained.config.data, ("fog",), str(shared_data), 500)
+    with pyro.settings.context(module_local_params=True):
+        s = scores(posteriors(trained)["twin"].predict(x, 100))  # three twins: deterministic
+    at = sorted(trained.alarm("twin", seed=k).update(s[torch.randperm(500, generator=torch.Generator().manual_seed(k))])
+                .alarm_at for k in range(3))
+    assert found["corruptions"]["fog"]["median_alarm_at"] == at[1]
+    assert f"  {'fog':<14} {at[1]:>15}" in printed

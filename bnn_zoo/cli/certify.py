@@ -4,7 +4,9 @@ Bayesian network a two-signal rule (quantile threshold and mutual-information ga
 deterministic twin the same with an entropy gate (a deep ensemble's or MC dropout's gate is the
 Bayesian network's signal: they are sampled too), and for each its conformal prediction sets. A
 lone twin also gets a temperature (``bnn_zoo.abstain.temperature``, fitted on the same split): the
-temperature-scaled twin is one more posterior, certified like the others. Training does this at its end.
+temperature-scaled twin is one more posterior, certified like the others. Each entry also keeps the
+certifying inputs' uncertainty scores, the reference of the shift alarm (``bnn_zoo.abstain.shift``)
+that says when later inputs stop looking like them. Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
 ``python -m bnn_zoo.certify RUN_DIR`` redoes what training did.
@@ -28,6 +30,7 @@ from ..abstain.conformal import SCORES as SET_SCORES
 from ..abstain.conformal import calibrate_sets
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..abstain.rule import DENSITY, SIGNALS
+from ..abstain.shift import reference as alarm_reference
 from ..abstain.temperature import fit_temperature
 from ..core.errors import ConfigError
 from ..core.likelihoods import Categorical
@@ -79,7 +82,8 @@ def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta:
         x_train, y_train = run_split(trained.config.data, "train", data_root, DENSITY_INPUTS)
         entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
                                               max_refusal, quantile)
-        certified[TWIN] = {"sets": certified[TWIN]["sets"], **entry}  # its sets stay; the rule is the gated one
+        kept = {k: certified[TWIN][k] for k in ("sets", "alarm")}  # its sets and alarm stay; the rule is the gated one
+        certified[TWIN] = {**kept, **entry}
         if density is not None:
             save_atomic({"densities": {TWIN: density.state()}}, Path(run_dir) / DENSITIES)
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
@@ -114,7 +118,8 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
             certified[part] = {**calibration.to_dict(), "samples": len(probs)}
         except NotCertified as err:
             certified[part] = not_certified(err, risk, delta)
-        certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets)
+        certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets,
+                               alarm=alarm_reference(probs))
     if TWIN_SCALED in sampled:
         certified[TWIN_SCALED].update(temperature=trained.temperature, temperature_inputs=fit.stop)
     return {part: certified[part] for part in KINDS if part in certified}

@@ -1,7 +1,8 @@
 """``python -m bnn_zoo.evaluate RUN_DIR``: every figure of a trained classifier run (or a shipped
 posterior), for each posterior it holds, as a table and eval.json (``bnn_zoo.evaluation.evaluate``).
 
-Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--rule quantile --threshold 0.3]
+Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--shift rotate fog]
+           [--rule quantile --threshold 0.3]
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..data.corruptions import CORRUPTIONS
 from ..data.ood_sets import OOD_SETS
 from ..evaluation.evaluate import evaluate_run, table
 from ..runs.files import check_writable, write_atomic
@@ -26,7 +28,6 @@ def ood_name(text: str) -> str:
     return text
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = cli.command_parser("python -m bnn_zoo.evaluate", __doc__)
     parser.add_argument("run_dir", help="a trained classifier run's directory (python -m bnn_zoo.train ...), or a shipped "
@@ -38,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ood", nargs="*", default=None, type=ood_name,
                         help=f"OOD sets: {', '.join(OOD_SETS)}, or NAME=FOLDER of images (default: notmnist noise "
                              "fashion_mnist; a FashionMNIST run: mnist notmnist noise; and the run's data.ood)")
+    parser.add_argument("--shift", nargs="*", default=None, choices=CORRUPTIONS, metavar="CORRUPTION",
+                        help="MNIST-C's corruptions of the test set to score under (default: all fifteen for MNIST "
+                             f"and FashionMNIST runs; --shift alone: none): {', '.join(CORRUPTIONS)}")
+    parser.add_argument("--shift-size", type=cli.count, default=500,
+                        help="test images per corruption, and the inputs the shift alarm watches per set (default 500)")
     args = parser.parse_args(argv)
 
     def command() -> int:
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(output.parent)
         evaluation = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
                                   args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root,
-                                  args.device)
+                                  args.device, args.shift and tuple(args.shift), args.shift_size)
         write_atomic(output, json.dumps(evaluation.to_dict(), indent=2))
         print(table(evaluation))
         for result in evaluation.posteriors.values():

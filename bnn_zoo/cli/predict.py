@@ -5,6 +5,9 @@ Usage::
 
     python -m bnn_zoo.predict lenet digit.png letter.jpg [--json]   # shipped posterior, or a run dir
     python -m bnn_zoo.predict runs/lenet_ensemble digit.png --posterior twin   # its deep ensemble
+
+Given two inputs or more, a last line says whether they still look like the inputs the guarantee
+was certified on (the shift alarm, ``bnn_zoo.abstain.shift``; on stderr with --json).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import pyro
 import torch
 
 from ..abstain.rule import DENSITY, SIGNALS, uncertainty
+from ..abstain.shift import ShiftAlarm
 from ..core.errors import ConfigError, DataError
 from ..core.likelihoods import Categorical
 from ..data.images import load_image
@@ -83,15 +87,23 @@ def _answer(args) -> int:
         if good:
             _regress(rungs[args.posterior], x, good, args.samples)
         return _report(answers, args.json, None, _regression_line)
-    header = _classify(trained, rungs[args.posterior], x, good, names, args) if good else None
-    return _report(answers, args.json, header, lambda a: _class_line(a, names, trained.config.data.input_shape))
+    header, alarm = _classify(trained, rungs[args.posterior], x, good, names, args) if good else (None, None)
+    code = _report(answers, args.json, header, lambda a: _class_line(a, names, trained.config.data.input_shape))
+    if alarm is not None and alarm.seen >= 2:  # does this batch look like the inputs the guarantee was certified on?
+        (cli.note if args.json else print)(alarm.describe())
+    return code
 
 
-def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list[str], args) -> str:
+def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list[str],
+              args) -> tuple[str, ShiftAlarm | None]:
     """Each good answer's decision, label, uncertainties and set under the chosen rule, or by its
-    conformal set where no rule is certified; returns the rule in words, or why the sets answer."""
+    conformal set where no rule is certified; returns the rule in words, or why the sets answer, and
+    the shift alarm over the inputs in the order given (None where the run holds no reference)."""
     rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
     probs = posterior.predict(x, args.samples)
+    alarm = trained.alarm(args.posterior, seed=args.seed)
+    if alarm is not None:
+        alarm.observe(probs)
     by_sets = answering_sets(trained, args.posterior, len(probs), args.rule)
     sets = by_sets or (trained.sets.get(args.posterior) if args.rule == "calibrated" else None)
     in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
@@ -110,7 +122,7 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
         why = no_rule_line(trained.calibration[args.posterior], args.posterior, args.run_dir)
         if args.json:
             cli.note(why)
-        return why
+        return why, alarm
     text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
         f"rule: {rule.quantile} quantile >= {rule.threshold}"
     if rule.signal == DENSITY:  # minus the log density of its features, in nats
@@ -121,7 +133,7 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     other = (f"; its conformal sets answer at the {sets.samples} posterior samples they were certified with "
              f"(--samples {sets.samples})") if sets else ""
     return text + ("" if certified else " (the quantile rule: this run has no certified rule; "
-                                        f"python -m bnn_zoo.certify RUN_DIR writes one{other})")
+                                        f"python -m bnn_zoo.certify RUN_DIR writes one{other})"), alarm
 
 
 def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -> str:

@@ -1,10 +1,11 @@
 """Evaluate a trained classifier run: accuracy, calibration, refusals and conformal sets on its test
 set, and how well the uncertainty (entropy, mutual information, the feature density of
 ``bnn_zoo.abstain.density``) tells out-of-distribution sets (notMNIST, white noise, FashionMNIST, the near
-ones of ``bnn_zoo.data.ood_sets``) from it, for every posterior the run holds. The figures are the
-dataclasses of ``bnn_zoo.evaluation.results``; eval.json is their ``to_dict()``.
+ones of ``bnn_zoo.data.ood_sets``) from it, what the rule answers under MNIST-C's corruptions
+(``bnn_zoo.evaluation.under_shift``), and where the shift alarm sounds on each set, for every posterior the
+run holds. The figures are the dataclasses of ``bnn_zoo.evaluation.results``; eval.json is their ``to_dict()``.
 
-Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--rule quantile --threshold 0.3]
+Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--shift rotate fog] [--rule quantile]
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from ..runs.loading import load
 from ..runs.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
+from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, shifted
 from .split_fits import fit_references
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
@@ -119,10 +121,12 @@ def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
 def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rule: str = "calibrated",
                  quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
-                 device: str = "auto") -> Evaluation:
+                 device: str = "auto", shift: tuple[str, ...] | None = None, shift_size: int = STREAM) -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
     ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
-    cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name."""
+    cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name;
+    ``shift``: corruptions (default: all fifteen for MNIST and FashionMNIST runs) of ``shift_size``
+    test images, the length of each set's stream the shift alarm watches too."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = default_ood(trained.config) if ood is None else ood
@@ -133,9 +137,10 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
                           "--ood): give each folder a name of its own")
     by_sets = {part: answering_sets(trained, part, rung.rows(num_samples), rule)  # where no rule is certified
                for part, rung in posteriors(trained).items()}
+    shift = default_shift(trained.config.data) if shift is None else shift
     with seeded(seed, trained.device):
         results, skipped = _evaluate(trained, rules, by_sets, x.to(trained.device), labels, ood, ood_size,
-                                     num_samples, root, seed)
+                                     num_samples, root, seed, shift, shift_size)
     for part, sets in by_sets.items():
         if sets is not None and part in results:
             results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
@@ -144,13 +149,14 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
 
 def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,
               ood: tuple[str, ...], ood_size: int | dict[str, int], num_samples: int, root: str | None,
-              seed: int) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
+              seed: int, shift: tuple[str, ...] = (), shift_size: int = STREAM
+              ) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
     """evaluate_run's figures per posterior, each under its rule or, where ``by_sets`` holds its sets
     (no rule certified), with each input's set as its answer; and the OOD sets skipped (missing data)
     with why."""
     rungs = posteriors(trained)
     answer = {part: rules[part] if by_sets.get(part) is None else SetAnswer(by_sets[part], seed) for part in rungs}
-    progress = tqdm(total=len(rungs) * (2 + len(ood)), desc="evaluate", unit="set", leave=False)
+    progress = tqdm(total=len(rungs) * (2 + len(ood) + len(shift)), desc="evaluate", unit="set", leave=False)
     in_probs, costs = {}, {}
     for part, posterior in rungs.items():
         with Measure(trained.device) as measured:
@@ -164,6 +170,8 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
     results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
         in_probs[part], labels, answer[part], trained.sets.get(part), refs.sets.get(part),
         gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
+    for part, result in results.items():
+        result.test.alarm = alarm_result(trained, part, in_probs[part], shift_size, seed)
     skipped = {}
     for entry in ood:
         name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
@@ -181,8 +189,20 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
             scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
             results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
+            result.alarm = alarm_result(trained, part, probs, shift_size, seed)
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
+    try:
+        for name, x, y in corrupted_sets(trained.config.data, shift, root, shift_size, seed, len(labels)):
+            for part, posterior in rungs.items():
+                progress.update()
+                x = x.to(trained.device)
+                probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
+                results[part].shift[name] = result = shifted(probs, y, answer[part], gate)
+                result.alarm = alarm_result(trained, part, probs, shift_size, seed)
+    except DataError as err:
+        skipped["shift"] = str(err)
+        progress.write(f"skipping the corruptions: {err}", file=sys.stderr)
     progress.close()
     return results, skipped
 

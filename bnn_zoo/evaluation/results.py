@@ -1,6 +1,7 @@
 """The figures ``bnn_zoo.evaluation.evaluate`` measures, as dataclasses: an ``Evaluation`` holds a
 ``PosteriorResult`` per posterior (``InDistribution`` on the test set with its conformal sets'
-``SetFigures``, ``Cost``, its ``Rule``, an ``OODResult`` per OOD set). The scoreboard, the reports
+``SetFigures``, ``Cost``, its ``Rule``, an ``OODResult`` per OOD set, a ``ShiftResult`` per
+corruption, and where each set's stream sounded the shift alarm, an ``AlarmResult``). The scoreboard, the reports
 and the page read these; eval.json is their ``to_dict()``, read back by ``from_dict``.
 
 Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors["bayes"].test``
@@ -14,6 +15,37 @@ from ..abstain.rule import Rule
 
 def _without_none(values: dict) -> dict:
     return {k: v for k, v in values.items() if v is not None}
+
+
+@dataclass
+class AlarmResult:
+    """The shift alarm (``bnn_zoo.abstain.shift``) on a stream of one set's inputs."""
+
+    stream: int  # inputs it watched
+    alarm_at: int | None  # the input at which it sounded (None: it did not)
+    alpha: float  # its false-alarm rate over a whole stream like the certifying inputs
+
+    @classmethod
+    def read(cls, d: dict | None) -> "AlarmResult | None":
+        return d and cls(**d)
+
+
+@dataclass
+class ShiftResult:
+    """The test set under one corruption (``bnn_zoo.data.corruptions``): fractions of its inputs."""
+
+    refused: float
+    accuracy_accepted: float  # NaN where every input was refused
+    wrong: float  # answered and wrong: what a user pays for
+    accuracy: float  # forced: the argmax of the mean prediction, never refusing
+    alarm: AlarmResult | None = None  # None: the run holds no alarm reference
+
+    def to_dict(self) -> dict:
+        return _without_none(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ShiftResult":
+        return cls(**{**d, "alarm": AlarmResult.read(d.get("alarm"))})
 
 
 @dataclass
@@ -43,6 +75,7 @@ class InDistribution:
     set_size: float | None = None  # their mean size
     augrc: float | None = None  # area under the generalized risk-coverage curve (None: an older eval.json)
     sets_by_target: list[SetFigures] | None = None  # sets at 90/95/99% (None: measured without validation)
+    alarm: AlarmResult | None = None  # the shift alarm on a stream of test inputs (None: no reference)
 
     def set_figures(self, target: float) -> SetFigures | None:
         """The sets measured at coverage ``target`` (0.9, 0.95, 0.99), None where not measured."""
@@ -54,7 +87,8 @@ class InDistribution:
     @classmethod
     def from_dict(cls, d: dict) -> "InDistribution":
         sets = d.get("sets_by_target")
-        return cls(**{**d, "sets_by_target": sets and [SetFigures(**s) for s in sets]})
+        return cls(**{**d, "sets_by_target": sets and [SetFigures(**s) for s in sets],
+                      "alarm": AlarmResult.read(d.get("alarm"))})
 
 
 @dataclass
@@ -78,6 +112,7 @@ class OODResult:
     by_feature_density: Detection | None = None  # None: no point network to read features from
     # Overlaid digits: the share refused, or answered with a set holding both digits (None: other sets)
     handled: float | None = None
+    alarm: AlarmResult | None = None  # the shift alarm on a stream of its inputs (None: no reference)
 
     @property
     def best_auroc(self) -> float:
@@ -91,7 +126,7 @@ class OODResult:
     def from_dict(cls, d: dict) -> "OODResult":
         detections = {k: Detection(**d[k]) for k in ("by_entropy", "by_mutual_information", "by_feature_density")
                       if d.get(k)}
-        return cls(**{**d, **detections})
+        return cls(**{**d, **detections, "alarm": AlarmResult.read(d.get("alarm"))})
 
 
 @dataclass
@@ -105,25 +140,28 @@ class Cost:
 
 @dataclass
 class PosteriorResult:
-    """One posterior's figures: on the test set, and per OOD set's name."""
+    """One posterior's figures: on the test set, per OOD set's name and per corruption's."""
 
     posterior: str  # its label, e.g. "mean-field VI" (bnn_zoo.posterior)
     rule: Rule
     cost: Cost
     test: InDistribution
     ood: dict[str, OODResult] = field(default_factory=dict)
+    shift: dict[str, ShiftResult] = field(default_factory=dict)
     # Where no rule is certified: why, and that each answer (the figures of refusals) is its conformal set
     note: str | None = None
 
     def to_dict(self) -> dict:
         return _without_none({"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),
                               "test": self.test.to_dict(), "ood": {name: o.to_dict() for name, o in self.ood.items()},
+                              "shift": {name: r.to_dict() for name, r in self.shift.items()} or None,
                               "note": self.note})
 
     @classmethod
     def from_dict(cls, d: dict) -> "PosteriorResult":
         return cls(d["posterior"], Rule.from_dict(d["rule"]), Cost(**d["cost"]), InDistribution.from_dict(d["test"]),
-                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()}, d.get("note"))
+                   {name: OODResult.from_dict(o) for name, o in d["ood"].items()},
+                   {name: ShiftResult.from_dict(r) for name, r in d.get("shift", {}).items()}, d.get("note"))
 
 
 @dataclass

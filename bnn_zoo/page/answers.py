@@ -1,19 +1,22 @@
 """What the page answers: the models it offers, loaded on first use, and one image's answer from
-the Bayesian posterior and its twin under the run's certified rule or the knobs a person set.
+the Bayesian posterior and its twin under the run's certified rule or the knobs a person set, with
+each posterior's shift alarm over the inputs the page answered (a new stream after it sounds).
 
 Usage: ``Answerer("lenet").answer("lenet", pixels)  # {"text": "7", "samples": ..., "twin": ...}``
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyro
 import torch
 
 from ..abstain.conformal import ConformalSets
 from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
+from ..abstain.shift import ShiftAlarm
 from ..core.errors import UserError
 from ..core.likelihoods import Categorical
 from ..core.predictive import seeded
@@ -45,6 +48,26 @@ class Model:
     bayes: Posterior
     twin: Posterior | None
     classes: list[str]
+    # Each posterior's shift alarm over the inputs answered so far (None: its run holds no reference)
+    alarms: dict[str, ShiftAlarm | None] = field(default_factory=dict)
+    last_input: bytes | None = None  # the digest of the last input the alarms took: a re-ask is not a new input
+
+    def watch(self, pixels: torch.Tensor, drawn: dict[str, torch.Tensor]) -> dict[str, dict]:
+        """Each posterior's alarm after this input (its sampled predictions ``drawn``, by posterior):
+        its figures and line; an alarm that sounded starts a new stream with the next input."""
+        digest = hashlib.sha256(pixels.cpu().numpy().tobytes()).digest()
+        fresh, self.last_input = digest != self.last_input, digest
+        watched = {}
+        for part, probs in drawn.items():
+            alarm = self.alarms.get(part)
+            if alarm is None:
+                continue
+            if fresh:
+                alarm.observe(probs)
+            watched[part] = {**alarm.to_dict(), "text": alarm.describe()}
+            if alarm.alarmed and fresh:
+                self.alarms[part] = alarm.restarted()
+        return watched
 
     def defaults(self) -> dict:
         rule = self.trained.rules_for()["bayes"]
@@ -79,7 +102,9 @@ class Answerer:
                     raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
                                     "images: answer its inputs with python -m bnn_zoo.predict")
                 held = posteriors(trained)
-                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"), class_names(trained.config.data))
+                alarms = {part: trained.alarm(part) for part in ("bayes", "twin") if part in held}
+                self._models[name] = Model(name, trained, held["bayes"], held.get("twin"),
+                                           class_names(trained.config.data), alarms)
             return self._models[name]
 
     def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
@@ -112,6 +137,8 @@ class Answerer:
             sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
             certified_knobs = untouched and by_sets["bayes"] is None and sets and sets.certified_at(samples)
             in_set = sets.answer(probs, seed)[0] if certified_knobs else None
+            watched = model.watch(pixels, {part: drawn for part, drawn in (("bayes", probs), ("twin", twin))
+                                           if drawn is not None})
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
                  **_judged(probs, rules["bayes"], model.classes, gates["bayes"], by_sets["bayes"], seed),
                  "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
@@ -124,6 +151,8 @@ class Answerer:
         for part, answered in (("bayes", response), ("twin", response.get("twin"))):
             if by_sets.get(part) is not None:  # no rule is certified: the set answered
                 answered["note"] = no_rule_line(model.trained.calibration[part], part, name)
+            if part in watched:
+                answered["shift"] = watched[part]
         response["seconds"] = round(time.perf_counter() - started, 4)
         return response
 

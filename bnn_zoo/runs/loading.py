@@ -16,6 +16,7 @@ from torch import nn
 from ..abstain.conformal import ConformalSets
 from ..abstain.density import FeatureDensity
 from ..abstain.rule import Rule
+from ..abstain.shift import ShiftAlarm
 from ..core.errors import CheckpointError, ConfigError
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
@@ -257,6 +258,9 @@ def read_calibration(path: Path) -> dict:
             if "rule" in calibration.get(part, {}):
                 Rule.from_dict(calibration[part]["rule"])
         _sets(calibration)
+        for part in KINDS:
+            if "alarm" in calibration.get(part, {}):
+                ShiftAlarm.of(calibration[part]["alarm"])
         temperature = calibration.get(TWIN_SCALED, {}).get("temperature", 1.0)
         if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
             raise ValueError(f"temperature {temperature!r} is not a positive number")

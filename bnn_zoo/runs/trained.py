@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from ..abstain.conformal import ConformalSets
 from ..abstain.rule import DENSITY, Rule
+from ..abstain.shift import ALPHA, ShiftAlarm
 from ..core.bnn import BayesianNet
 from ..core.errors import CheckpointError
 from ..core.twin import Twin
@@ -68,6 +69,13 @@ class Trained:
     def device(self) -> torch.device:
         """Where the run was loaded (its prior and noise tensors live there)."""
         return self.model.device
+
+    def alarm(self, part: str, alpha: float = ALPHA, seed: int = 0) -> Optional[ShiftAlarm]:
+        """A fresh shift alarm for ``part``'s inputs against the validation inputs its rule was certified
+        on (``bnn_zoo.abstain.shift``); None where calibration.json holds no reference (certified before
+        the alarm existed: certify again), or certified other weights (``rules`` says so)."""
+        entry = None if self.calibration_problem else self.calibration.get(part, {}).get("alarm")
+        return None if entry is None else ShiftAlarm.of(entry, alpha, seed)
 
     def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
         """Each model's rule: the run's certified one (``calibrated``; the quantile rule where the run

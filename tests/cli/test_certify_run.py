@@ -346,7 +346,7 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     images, test_labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     test = normalize(images[:300]).to(DEVICE)
     refused = rule(twin.predict(test), density.score(twin.features(test))).refused
-    result = evaluate_run(run, num_samples=2, test_size=300, ood=("noise",), ood_size=50)
+    result = evaluate_run(run, num_samples=2, test_size=300, ood=("noise",), ood_size=50, shift=())
     assert result.posteriors["twin"].test.refused == pytest.approx(refused.float().mean().item())
     for i in range(4):
         Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")

@@ -99,7 +99,8 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
     answers = json.loads(printed.out)
     why = ("no rule is certified for bayes, so each answer is its 80% conformal set: the smallest risk these 128 "
            "validation inputs certify at delta 0.05 is ")
-    assert printed.err.startswith(why) and printed.err.count("\n") == 1
+    assert printed.err.startswith(why) and printed.err.count("\n") == 2
+    assert printed.err.splitlines()[1].startswith("no shift alarm: 12 inputs look like")  # the sets' guarantee too
     assert f"python -m bnn_zoo.certify {uncertified_run} --risk " in printed.err
     assert "risk 0.01 needs at least 709 validation inputs accepted with no error" in printed.err
     trained = load(uncertified_run, DEVICE)
@@ -114,8 +115,8 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
         ranked = [] if len(in_set) == 10 else sorted(in_set, key=lambda c: -float(p[c]))  # by mean probability
         assert list(map(int, answer["accepted"])) == ranked
     assert main([str(uncertified_run), *files[:2], "--samples", "4"]) == 0
-    header, *lines = capsys.readouterr().out.splitlines()
-    assert header == printed.err.strip()
+    header, *lines, alarm = capsys.readouterr().out.splitlines()
+    assert header == printed.err.splitlines()[0] and alarm.startswith("no shift alarm: 2 inputs look like")
     for line, answer in zip(lines, answers):
         names = ", ".join(map(str, answer["set"]["classes"]))
         held = "I don't know (its 80% set holds every class)"
@@ -135,6 +136,29 @@ def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared
     assert digit["answer"] == int(labels[0])
     assert digit["set"] == {"classes": [int(labels[0])], "coverage": 0.99}  # its certified 99% set
     assert blank["answer"] is None and blank["refused_by"] and "set" not in blank
+
+
+def test_predict_cli_says_when_a_batch_stops_looking_like_the_certifying_inputs(shared_data, tmp_path, capsys):
+    """The shipped lenet's shift alarm over the files in the order given: silent on 40 test digits,
+    sounding on 40 digits turned 90 degrees, in the text's last line and on stderr with --json."""
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    digits, turned = [], []
+    for i in range(40):
+        digits.append(str(tmp_path / f"digit{i}.png"))
+        Image.fromarray(images[i].numpy()).save(digits[-1])
+        turned.append(str(tmp_path / f"turned{i}.png"))
+        Image.fromarray(torch.rot90(images[i], 1).numpy()).save(turned[-1])
+    assert main(["lenet", *digits, "--samples", "20"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("no shift alarm: 40 inputs look like the ones the guarantee was certified on")
+    assert main(["lenet", *turned, "--samples", "20", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 40 and "of 40 inputs; false alarms at most 1% over the whole stream" in err
+    assert err.startswith("shift alarm: these inputs do not look like the ones the guarantee was certified on")
+    assert main(["lenet", turned[0], "--samples", "20"]) == 0  # one input is no stream
+    assert "shift alarm" not in capsys.readouterr().out
 
 
 def test_predict_cli_refuses_a_missing_run(tmp_path, capsys):

@@ -235,7 +235,7 @@ def test_guides_are_a_config_choice(guide, shared_data, tmp_path):
     trained = load(tmp_path)
     assert type(trained.guide).__name__ == {"lowrank": "AutoLowRankMultivariateNormal", "delta": "AutoDelta"}[guide]
     pyro.set_rng_seed(0)
-    bayes = evaluate_run(tmp_path, num_samples=4, test_size=100, ood=("noise",), ood_size=50).posteriors[BAYES]
+    bayes = evaluate_run(tmp_path, num_samples=4, test_size=100, ood=("noise",), ood_size=50, shift=()).posteriors[BAYES]
     assert 0.5 < bayes.test.accuracy <= 1
     # a point estimate predicts once (no mutual information to rank by); low-rank VI is sampled
     assert (bayes.ood["noise"].by_mutual_information is not None) == (guide == "lowrank")

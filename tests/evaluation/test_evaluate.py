@@ -9,6 +9,7 @@ from bnn_zoo import load, predict
 from bnn_zoo.abstain.metrics import detection
 from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
 from bnn_zoo.cli.evaluate import main
+from bnn_zoo.data.corruptions import CORRUPTIONS
 from bnn_zoo.data.ood_sets import load_notmnist
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution
@@ -39,11 +40,13 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert rows["cost/parameters"] == [str(r.cost.parameters) for r in (bayes, twin, scaled)]
     per_set = ["refused", "refused_by_quantile_rule", "mean_entropy", *(f"{by}/{m}" for by in (
         "by_entropy", "by_mutual_information", "by_feature_density") for m in ("auroc", "aupr", "fpr95"))]
-    figures = [*(f"test/{f.name}" for f in fields(InDistribution) if f.name != "sets_by_target"),
+    figures = [*(f"test/{f.name}" for f in fields(InDistribution) if f.name not in ("sets_by_target", "alarm")),
                *(f"test/sets_by_target/{t}/{k}" for t in ("0.9", "0.95", "0.99") for k in ("coverage", "size")),
                *(f"cost/{f.name}" for f in fields(Cost)), *(f"rule/{f.name}" for f in fields(Rule)),
-               *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set)]
-    assert len(figures) == 13 + 6 + 3 + 4 + 2 * 12 and set(figures) <= set(rows)
+               *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set),
+               *(f"shift/{c}/{k}" for c in CORRUPTIONS for k in ("refused", "accuracy_accepted", "wrong", "accuracy"))]
+    assert len(figures) == 13 + 6 + 3 + 4 + 2 * 12 + 15 * 4 and set(figures) <= set(rows)
+    assert rows["test/alarm/stream"] == ["200"] * 3 and rows["shift/fog/alarm/alpha"] == ["0.0100"] * 3  # the alarm's
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -60,13 +63,13 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     assert bayes.ood["notmnist"].mean_entropy == pytest.approx(uncertainty(ood_probs)["entropy"].mean().item())
     main(args)
     again = Evaluation.from_dict(json.loads((tiny_run / "eval.json").read_text())).posteriors[BAYES]
-    assert (again.test, again.ood) == (bayes.test, bayes.ood)  # seeded (the timings differ)
+    assert (again.test, again.ood, again.shift) == (bayes.test, bayes.ood, bayes.shift)  # seeded (the timings differ)
     assert bayes.cost.predict_seconds > 0 and bayes.cost.parameters == 2 * (784 * 32 + 32 + 330)
 
 
 def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_path):
     out = tmp_path / "eval.json"
-    assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "constant",
+    assert main([str(certified_run), "--shift", "--samples", "4", "--test-size", "300", "--ood", "noise", "constant",
                  "--ood-size", "60", "--output", str(out)]) == 0
     results = Evaluation.from_dict(json.loads(out.read_text())).posteriors
     trained = load(certified_run, DEVICE)
@@ -84,7 +87,7 @@ def test_evaluate_uses_the_run_s_certified_rule(certified_run, shared_data, tmp_
     # the quantile rule is reported beside it, and refuses no more than the rule with the gate
     for name in ("noise", "constant"):
         assert results[BAYES].ood[name].refused_by_quantile_rule <= results[BAYES].ood[name].refused
-    assert main([str(certified_run), "--samples", "4", "--test-size", "300", "--ood", "noise", "--ood-size", "60",
+    assert main([str(certified_run), "--shift", "--samples", "4", "--test-size", "300", "--ood", "noise", "--ood-size", "60",
                  "--rule", "quantile", "--threshold", "0.5", "--output", str(tmp_path / "q.json")]) == 0
     quantile = Evaluation.from_dict(json.loads((tmp_path / "q.json").read_text()))
     assert quantile.rule == "quantile" and quantile.posteriors[BAYES].rule == Rule(0.5, 0.5)
@@ -97,7 +100,7 @@ def test_where_no_rule_is_certified_evaluate_scores_the_conformal_sets_as_the_an
     holds every class, accepted (its most probable class the prediction) where it holds fewer; the
     line that says no rule is certified goes to stderr and into eval.json."""
     out = tmp_path / "eval.json"
-    assert main([str(uncertified_run), "--samples", "4", "--test-size", "200", "--ood", "noise", "--ood-size", "50",
+    assert main([str(uncertified_run), "--shift", "--samples", "4", "--test-size", "200", "--ood", "noise", "--ood-size", "50",
                  "--output", str(out)]) == 0
     err = capsys.readouterr().err
     results = Evaluation.from_dict(json.loads(out.read_text())).posteriors
@@ -168,11 +171,11 @@ def test_evaluation_draws_from_its_seed_and_leaves_the_caller_s_random_stream(ce
 
     torch.manual_seed(123)
     state = torch.get_rng_state()
-    first = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5)
+    first = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5, shift=("fog",))
     assert torch.equal(torch.get_rng_state(), state)  # the caller's stream is untouched
     torch.manual_seed(999)  # another caller state: the same figures, drawn from seed 5
-    again = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5)
-    figures = lambda e: {part: (r.test, r.ood) for part, r in e.posteriors.items()}  # noqa: E731 (not the timings)
+    again = evaluate_run(certified_run, num_samples=3, test_size=40, ood=("noise",), ood_size=20, seed=5, shift=("fog",))
+    figures = lambda e: {part: (r.test, r.ood, r.shift) for part, r in e.posteriors.items()}  # noqa: E731 (not the timings)
     assert figures(again) == figures(first)
 
 
@@ -185,14 +188,14 @@ def test_evaluation_ignores_a_caller_s_global_parameters_of_the_same_names(certi
     from bnn_zoo.data.sets import normalize
     from bnn_zoo.evaluation.evaluate import evaluate_run
 
-    clean = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1)
+    clean = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1, shift=())
     trained = load(certified_run)
     trained.guide(normalize(torch.zeros(1, 28, 28, dtype=torch.uint8)))  # global mode: its parameters enter the store
     store = pyro.get_param_store()
     assert any(".locs.net." in name for name in store.keys())
     for name in list(store.keys()):
         store[name] = torch.zeros_like(store[name]) + 0.5  # a caller's own values under the same names
-    crowded = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1)
+    crowded = evaluate_run(certified_run, num_samples=3, test_size=40, ood=(), seed=1, shift=())
     assert crowded.posteriors["bayes"].test == clean.posteriors["bayes"].test
 
 
@@ -237,7 +240,7 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
     from bnn_zoo.evaluation.results import SetFigures
     from bnn_zoo.runs.trained import posteriors
 
-    result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2)
+    result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2, shift=())
     trained = load(certified_run, DEVICE)
     twin = posteriors(trained)[TWIN]
     x_train, y_train = run_split(trained.config.data, "train", limit=10000)
@@ -274,7 +277,7 @@ def test_a_shipped_posterior_is_evaluated_by_name_beside_you(shared_data, tmp_pa
     from bnn_zoo.cli import evaluate
 
     monkeypatch.chdir(tmp_path)
-    assert evaluate.main(["lenet_fashion", "--samples", "2", "--test-size", "20", "--ood", "noise", "--ood-size", "10",
+    assert evaluate.main(["lenet_fashion", "--shift", "--samples", "2", "--test-size", "20", "--ood", "noise", "--ood-size", "10",
                           "--data-root", str(shared_data)]) == 0
     written = json.loads((tmp_path / "lenet_fashion_eval.json").read_text())
     assert written["run_dir"] == "lenet_fashion" and set(written["posteriors"]["bayes"]["ood"]) == {"noise"}

@@ -53,6 +53,28 @@ def ask(client, body=b"", **query):
     return client.post("/api/answer", params=query, content=body)
 
 
+def test_the_page_s_shift_alarm_watches_the_inputs_it_answered_and_starts_again_after_it_sounds(shared_data):
+    """Digits keep it silent; a run of blank images sounds it, that answer says so, and the next
+    input starts a new stream; asking the same input again is not a new input."""
+    from bnn_zoo.data.sets import load_torchvision
+
+    answerer = Answerer("lenet", "cpu")  # a stream of its own
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    for i in range(5):
+        reply = answerer.answer("lenet", images[i], samples=20)
+    assert reply["shift"]["inputs"] == 5 and reply["shift"]["alarm_at"] is None
+    assert reply["shift"]["text"].startswith("no shift alarm: 5 inputs look like")
+    assert reply["twin"]["shift"]["inputs"] == 5
+    assert answerer.answer("lenet", images[4], samples=10)["shift"]["inputs"] == 5  # the knobs re-ask it
+    strange = [torch.full((28, 28), level, dtype=torch.uint8) for level in range(0, 250, 5)]
+    for n, pixels in enumerate(strange, 1):
+        reply = answerer.answer("lenet", pixels, samples=20)
+        if reply["shift"]["alarm_at"] is not None:
+            break
+    assert reply["shift"]["alarm_at"] == 5 + n and reply["shift"]["text"].startswith("shift alarm: these inputs")
+    assert answerer.answer("lenet", images[0], samples=20)["shift"]["inputs"] == 1  # a new stream
+
+
 def test_the_page_answers_as_the_predict_command_line(client, tmp_path, capsys):
     path = tmp_path / "seven.png"
     path.write_bytes(png(example_pixels("digit"), 200, ink_on_paper=True))  # a photo of a drawn 7
@@ -429,6 +451,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
 
         assert answer_after(browser, draw_seven, "the answer to the drawing") == "7"
         assert by_id("twin-answer").text == "7"
+        assert by_id("shift").text.startswith("no shift alarm: 1 input looks like the ones the guarantee was certified")
         dots = browser.execute_script("return document.querySelectorAll('#plot circle.sample').length")
         assert dots == 100 * 10  # every sample of every class
         assert browser.execute_script("return document.querySelectorAll('#threshold-line').length") == 1

@@ -112,3 +112,23 @@ def test_a_kind_registered_here_trains_saves_loads_certifies_answers_and_scores(
             load(run_dir)
     finally:
         register(Jittered)
+
+
+def test_a_trained_run_gets_a_kind_fitted_on_resume_without_a_new_epoch(jittered, tmp_path):
+    """``train resume=RUN train.posteriors=[...]``: the kind is fitted around the trained twin, the
+    weights stay, and the run is certified again with its rule and the alarm's reference."""
+    from bnn_zoo.runs.resume import config_for_run
+
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(NO_MNIST)
+    run_dir = tmp_path / "run"
+    train(tiny_config("mnist_mlp", **{"run_dir": str(run_dir), "data.root": str(SHARED_DATA), "model.hidden": "[16]",
+                                      "train.epochs": 1, "abstention.samples": 8}))
+    before = load(run_dir)
+    assert "jittered" not in posteriors(before) and not (run_dir / FITTED).exists()
+    metrics = train(config_for_run(None, [f"resume={run_dir}", "train.posteriors=[jittered]"]))
+    after = load(run_dir)
+    assert len(metrics["bayes"]["history"]) == 1  # no new epoch
+    assert all(torch.equal(v, after.guide.state_dict()[k]) for k, v in before.guide.state_dict().items())
+    assert isinstance(posteriors(after)["jittered"], Jittered) and "jittered" in after.sets
+    assert after.alarm("jittered") is not None and after.alarm("bayes") is not None

@@ -1,0 +1,109 @@
+"""The scoreboard's shift figures (bnn_zoo.evaluation.under_shift): what each posterior answers under
+MNIST-C's corruptions, and where the shift alarm sounds on each set's stream, in evaluate and eval.json."""
+import json
+import math
+
+import pyro
+import pytest
+import torch
+
+from bnn_zoo.abstain.rule import Rule
+from bnn_zoo.abstain.shift import ShiftAlarm, scores
+from bnn_zoo.core.predictive import seeded
+from bnn_zoo.data.corruptions import CORRUPTIONS, corrupt
+from bnn_zoo.data.inputs import pixel_inputs
+from bnn_zoo.data.sets import load_torchvision
+from bnn_zoo.evaluation.evaluate import evaluate_run
+from bnn_zoo.evaluation.results import Evaluation
+from bnn_zoo.evaluation.under_shift import alarm_result, corrupted_sets, default_shift, shifted
+from bnn_zoo.runs.loading import load
+from bnn_zoo.runs.trained import posteriors
+
+
+def test_the_shift_figures_count_the_inputs_answered_wrong_among_all():
+    """Four inputs: right, wrong, refused (no class reaches the threshold), right; the rule answers
+    3 of 4, 2 of them right, so 1 in 4 is answered wrong and the forced accuracy is 2 of 4."""
+    probs = torch.tensor([[0.9, 0.1, 0.0], [0.05, 0.9, 0.05], [0.4, 0.3, 0.3], [0.1, 0.1, 0.8]]).expand(5, 4, 3)
+    labels = torch.tensor([0, 0, 0, 2])
+    r = shifted(probs, labels, Rule(0.5, 0.6))
+    assert (r.refused, r.wrong, r.accuracy) == (0.25, 0.25, 0.75)
+    assert r.accuracy_accepted == pytest.approx(2 / 3)
+    assert math.isnan(shifted(probs, labels, Rule(0.5, 0.95)).accuracy_accepted)  # everything refused
+
+
+def test_corrupted_sets_are_one_seeded_sample_of_the_test_set_under_each_corruption(certified_run, shared_data):
+    cfg = load(certified_run).config
+    found = list(corrupted_sets(cfg.data, ("rotate", "fog"), str(shared_data), 20, seed=3, limit=100))
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    chosen = torch.randperm(100, generator=torch.Generator().manual_seed(3))[:20]
+    for (name, x, y), expected in zip(found, ("rotate", "fog")):
+        assert name == expected and torch.equal(y, labels[chosen])
+        assert torch.equal(x, pixel_inputs(cfg.data, corrupt(images[chosen], name, 3)))
+    assert default_shift(cfg.data) == CORRUPTIONS
+
+
+def test_an_alarm_result_is_the_alarm_over_a_seeded_order_of_the_inputs(certified_run):
+    trained = load(certified_run)
+    probs = torch.softmax(torch.randn(4, 60, 10, generator=torch.Generator().manual_seed(0)) * 3, -1)
+    found = alarm_result(trained, "bayes", probs, stream=40, seed=5)
+    order = torch.randperm(60, generator=torch.Generator().manual_seed(5))[:40]
+    expected = ShiftAlarm.of(trained.calibration["bayes"]["alarm"], seed=5).update(scores(probs[:, order]))
+    assert (found.stream, found.alarm_at, found.alpha) == (40, expected.alarm_at, 0.01)
+    trained.calibration["bayes"].pop("alarm")  # certified before the alarm existed
+    assert alarm_result(trained, "bayes", probs) is None and trained.alarm("bayes") is None
+
+
+@pytest.mark.parametrize("part", ["bayes", "twin"])
+def test_evaluate_scores_every_posterior_under_the_corruptions_and_says_where_its_alarm_sounds(
+        certified_run, shared_data, part):
+    evaluation = evaluate_run(certified_run, num_samples=4, ood=("noise",), ood_size=60, test_size=100,
+                              data_root=str(shared_data), shift=("rotate", "brightness"), shift_size=50)
+    evaluation = Evaluation.from_dict(json.loads(json.dumps(evaluation.to_dict())))  # eval.json keeps them
+    result = evaluation.posteriors[part]
+    assert list(result.shift) == ["rotate", "brightness"]
+    trained = load(certified_run)
+    rung, rule = posteriors(trained)[part], trained.rules[part]
+    with pyro.settings.context(module_local_params=True):
+        for name, x, y in corrupted_sets(trained.config.data, ("rotate", "brightness"), str(shared_data), 50, 0, 100):
+            with seeded(0):
+                probs = rung.predict(x, 4)
+            got = result.shift[name]
+            if part == "twin":  # one deterministic network: the same figures and alarm, whatever the draws
+                expected = shifted(probs, y, rule)
+                expected.alarm = alarm_result(trained, part, probs, 50, 0)
+                assert got == expected
+            assert got.alarm.stream == 50 and got.alarm.alpha == 0.01
+            assert got.wrong == pytest.approx((1 - got.refused) * (1 - got.accuracy_accepted), abs=1e-6)
+    assert result.test.alarm.stream == 50 and result.ood["noise"].alarm.stream == 50
+    assert result.ood["noise"].alarm.alarm_at is not None  # white noise is nothing like a digit
+    assert evaluation.skipped == {}
+
+
+def test_evaluate_without_corruptions_or_on_other_data_says_so(certified_run, shared_data):
+    none = evaluate_run(certified_run, num_samples=2, ood=(), test_size=40, data_root=str(shared_data), shift=())
+    assert all(r.shift == {} for r in none.posteriors.values()) and "shift" not in none.to_dict()["posteriors"]["bayes"]
+
+
+@pytest.mark.parametrize("corruption", ["rotate", "zigzag"])
+def test_the_shipped_twin_s_alarm_sounds_on_a_corruption_and_not_on_clean_test_inputs(shared_data, corruption):
+    """The shipped lenet's twin against the validation inputs it was certified on: silent on 300 MNIST
+    test digits, sounding within 300 corrupted ones."""
+    trained = load("lenet")
+    twin = posteriors(trained)["twin"]
+    images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    clean = pixel_inputs(trained.config.data, images[:300])
+    with pyro.settings.context(module_local_params=True):
+        assert not trained.alarm("twin").observe(twin.predict(clean)).alarmed
+        shifted_x = pixel_inputs(trained.config.data, corrupt(images[:300], corruption))
+        alarm = trained.alarm("twin").observe(twin.predict(shifted_x))
+    assert alarm.alarmed and alarm.describe().startswith("shift alarm: these inputs do not look like")
+
+
+def test_a_run_on_other_data_has_no_corruptions_and_asking_for_them_says_why():
+    from bnn_zoo.core.errors import DataError
+    from bnn_zoo.data.config import DataConfig
+
+    folder = DataConfig(name="folder", path="pngs")
+    assert default_shift(folder) == () and list(corrupted_sets(folder, (), None, 10)) == []  # reads nothing
+    with pytest.raises(DataError, match="the corruptions are of 28x28 MNIST-like images; a folder run has none"):
+        list(corrupted_sets(folder, ("fog",), None, 10))
