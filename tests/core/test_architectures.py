@@ -107,6 +107,7 @@ def test_a_pair_predicts_the_same_in_either_parameter_mode(arch):
     assert torch.equal(*results)
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_laplace_approximation_on_the_toy():
     """MAP by SVI, then a Gaussian at the MAP with the inverse Hessian as covariance. (A ReLU net's
     MAP is often a saddle in some direction, where the Hessian is not positive definite and Pyro's

@@ -21,6 +21,7 @@ def test_refusal_curve_counts_inputs_below_each_threshold():
     assert curve.tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_path, capsys):
     out = tmp_path / "out"
     assert script_main("noise", [str(tiny_run), "--out", str(out), "--samples", "5", "--test-size", "200",

@@ -53,12 +53,20 @@ def test_an_alarm_result_is_the_alarm_over_a_seeded_order_of_the_inputs(certifie
     assert alarm_result(trained, "bayes", probs) is None and trained.alarm("bayes") is None
 
 
+@pytest.fixture(scope="module")
+def under_shift(certified_run):
+    """The certified run evaluated under two corruptions, through eval.json's JSON."""
+    from conftest import SHARED_DATA
+
+    evaluation = evaluate_run(certified_run, num_samples=4, ood=("noise",), ood_size=60, test_size=100,
+                              data_root=str(SHARED_DATA), shift=("rotate", "brightness"), shift_size=50)
+    return Evaluation.from_dict(json.loads(json.dumps(evaluation.to_dict())))  # eval.json keeps them
+
+
 @pytest.mark.parametrize("part", ["bayes", "twin"])
 def test_evaluate_scores_every_posterior_under_the_corruptions_and_says_where_its_alarm_sounds(
-        certified_run, shared_data, part):
-    evaluation = evaluate_run(certified_run, num_samples=4, ood=("noise",), ood_size=60, test_size=100,
-                              data_root=str(shared_data), shift=("rotate", "brightness"), shift_size=50)
-    evaluation = Evaluation.from_dict(json.loads(json.dumps(evaluation.to_dict())))  # eval.json keeps them
+        certified_run, shared_data, under_shift, part):
+    evaluation = under_shift
     result = evaluation.posteriors[part]
     assert list(result.shift) == ["rotate", "brightness"]
     trained = load(certified_run)

@@ -183,6 +183,7 @@ def start_server(*args: str) -> tuple[subprocess.Popen, str]:
     return server, match.group(0)
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_the_command_line_serves_the_page_and_refuses_a_bad_model():
     import httpx
 

@@ -242,6 +242,7 @@ def test_an_ensemble_answers_with_each_member_in_pyro_s_global_parameter_store(e
     assert torch.equal(mixture.predict(x, 8), local)
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tmp_path):
     train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False}))
     member = lambda: torch.load(tmp_path / MEMBERS / "1" / CHECKPOINT, "cpu", weights_only=True)  # noqa: E731

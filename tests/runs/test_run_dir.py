@@ -193,6 +193,7 @@ def test_a_disk_that_fills_during_training_keeps_the_last_checkpoint(tmp_path, m
     assert load(tmp_path).epoch == 4
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_an_ensemble_replaced_with_overwrite_trains_every_member_afresh(tmp_path):
     ensemble = {**TOY, "train.members": 2, "train.test_samples": 4}
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **ensemble))
@@ -202,6 +203,7 @@ def test_an_ensemble_replaced_with_overwrite_trains_every_member_afresh(tmp_path
     assert [m.epoch for m in load(tmp_path).members] == [4]
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_links_among_an_ensemble_s_members_are_neither_followed_nor_deleted(tmp_path):
     ensemble = {**TOY, "train.members": 2, "train.test_samples": 4}
     other = tmp_path / "other"
