@@ -2,6 +2,7 @@
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -11,6 +12,7 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_the_pyro_guide_s_example_runs_as_written(capsys):
     example = next(b for b in python_blocks(ROOT / "docs" / "guides" / "pyro.md") if b.startswith("import pyro, torch, bnn_zoo"))
     exec(compile(example, "pyro.md", "exec"), {})

@@ -33,8 +33,8 @@ from ..runs.loading import load
 from ..runs.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
-from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, shifted
 from .split_fits import fit_references
+from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, shifted
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 

@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 import pytest
-from helpers import first_by_default
 
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import CheckpointError, ConfigError, DataError
@@ -31,8 +30,9 @@ def test_a_bug_is_not_dressed_up_as_a_user_s_mistake():
 SHARED = "--samples SAMPLES     posterior samples per input, at most 10000 (default 100)"
 
 
-@pytest.mark.parametrize("command", first_by_default([["-m", "bnn_zoo.evaluate"], ["-m", "bnn_zoo.predict"],
-                                                      ["scripts/reject_notmnist.py"], ["scripts/prune.py"]]))
+@pytest.mark.slow  # a process per command, a few seconds each
+@pytest.mark.parametrize("command", [["-m", "bnn_zoo.evaluate"], ["-m", "bnn_zoo.predict"],
+                                     ["scripts/reject_notmnist.py"], ["scripts/prune.py"]])
 def test_every_command_line_shares_the_same_options(command):
     done = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ import pyro
 import pytest
 import torch
 from conftest import NO_MNIST, SHARED_DATA, tiny_config
-from helpers import first_by_default, these_by_default
+from helpers import these_by_default
 
 from bnn_zoo import load, predict
 from bnn_zoo.cli.train import config_for_run, main, train
@@ -83,8 +83,8 @@ def _table(path, x, y):
     return str(path)
 
 
-# A classifier on images, a regression on the toy and one on a table by default; every config under -m slow
-@pytest.mark.parametrize("name", these_by_default(config_names(), ("lenet", "toy_mlp", "table_regression")))
+# A regression on the toy and one on a table by default; every config under -m slow
+@pytest.mark.parametrize("name", these_by_default(config_names(), ("toy_mlp", "table_regression")))
 def test_cli_smoke_run_of_every_config(name, tmp_path):
     own = [f"data.path={_table(tmp_path / 'data' / 't.csv', torch.randn(60, 2), torch.arange(60) % 2)}"] \
         if name.startswith("table_") else []
@@ -144,7 +144,8 @@ def _lrs(metrics):
     return [h["lr"] for h in metrics["bayes"]["history"]]
 
 
-@pytest.mark.parametrize("schedule", first_by_default(["cosine", "step", "constant"]))
+@pytest.mark.slow  # a few seconds each; test_resume_continues_where_the_run_stopped is the quick one
+@pytest.mark.parametrize("schedule", ["cosine", "step", "constant"])
 def test_resume_follows_the_new_plan_of_epochs_and_learning_rate(schedule, tmp_path):
     plan = {"train.lr_schedule": schedule, "train.lr_step": 3, "train.eval_every": 2, "train.lr": 0.01}
     whole = train(tiny_config("toy_mlp", run_dir=str(tmp_path / "whole"), **plan, **{"train.epochs": 8}))

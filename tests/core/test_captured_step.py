@@ -213,6 +213,7 @@ def test_auto_captures_where_the_run_is_long_enough_to_pay_for_it():
     assert choose("eager", 10 ** 6) == "eager" and choose("trace", 1) == "trace"
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_a_captured_run_trains_and_resumes_as_pyros_step_does(tmp_path):
     """The same history epoch for epoch, captured or not; and a captured run stopped and resumed
     ends where one that never stopped does."""

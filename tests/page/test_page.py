@@ -429,6 +429,7 @@ def answer_after(driver, act, what: str) -> str:
     return wait_for(driver, "return document.getElementById('answer').textContent.trim()", what)
 
 
+@pytest.mark.slow  # a browser, about 12 s; CI runs it under -m slow
 def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.support.ui import Select

@@ -319,6 +319,7 @@ def rungs(tmp_path_factory):
     return deep, single
 
 
+@pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_every_rung_scores_on_the_ladder_with_its_cost(rungs, ensembles, tmp_path, capsys):
     from helpers import load_script
 
