@@ -194,9 +194,9 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
                 result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
     try:
         for name, x, y in corrupted_sets(trained.config.data, shift, root, shift_size, seed, len(labels)):
+            x = x.to(trained.device)
             for part, posterior in rungs.items():
                 progress.update()
-                x = x.to(trained.device)
                 probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
                 results[part].shift[name] = result = shifted(probs, y, answer[part], gate)
                 result.alarm = alarm_result(trained, part, probs, shift_size, seed)
