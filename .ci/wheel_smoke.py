@@ -1,5 +1,6 @@
 """The installed wheel (not the source tree) answers right after install: the shipped lenet loads,
-predict answers a digit and refuses noise, and the page serves its HTML and an answer.
+predict answers a digit (a drawn one, and the example digit the wheel carries) and refuses noise,
+and the page serves its HTML and an answer.
 
 Usage (from a folder outside the source tree): python wheel_smoke.py
 """
@@ -22,10 +23,14 @@ seven = np.zeros((28, 28), dtype=np.uint8)
 seven[6:8, 8:21], seven[8:23, 18:20] = 255, 255  # a 7's bar and stroke
 Image.fromarray(seven).save("seven.png")
 Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save("noise.png")
-done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "lenet", "seven.png", "noise.png", "--json"],
-                      capture_output=True, text=True, check=True)
-seven_answer, noise_answer = json.loads(done.stdout)
+from bnn_zoo.shipped import EXAMPLE  # MNIST's first test digit, a 7, as package data
+
+assert "site-packages" in str(EXAMPLE) and EXAMPLE.is_file(), f"the example digit is not in the wheel ({EXAMPLE})"
+done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "lenet", "seven.png", "noise.png", str(EXAMPLE),
+                       "--json"], capture_output=True, text=True, check=True)
+seven_answer, noise_answer, example_answer = json.loads(done.stdout)
 assert seven_answer["answer"] == 7 and noise_answer["answer"] is None, (seven_answer, noise_answer)
+assert example_answer["answer"] == 7, example_answer
 assert bnn_zoo.runs.config.load_config("lenet").arch == "lenet", "the configs are not in the wheel"
 print("predict:", seven_answer["label"], "for the seven;", "refused", noise_answer["refused_by"], "for the noise")
 

@@ -19,7 +19,7 @@ from bnn_zoo.abstain.shift import ShiftAlarm, scores
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import ConfigError
 from bnn_zoo.core.predictive import seeded
-from bnn_zoo.data.sets import run_split
+from bnn_zoo.data.sets import run_data_root, run_split
 from bnn_zoo.evaluation.under_shift import corrupted_sets, default_shift
 from bnn_zoo.runs.loading import load
 from bnn_zoo.runs.trained import posteriors
@@ -57,7 +57,7 @@ def rates(name: str, parts: list[str] | None, streams: int, length: int, orders:
                           "(python -m bnn_zoo.certify RUN_DIR, or scripts/ship_sets.py for a shipped posterior)")
     cfg, out = trained.config, {}
     x, _ = run_split(cfg.data, "test", data_root)
-    corrupted = list(corrupted_sets(cfg.data, default_shift(cfg.data), data_root, 500))
+    corrupted = list(corrupted_sets(cfg.data, default_shift(cfg.data), run_data_root(data_root, cfg.data.root), 500))
     for part in parts:
         with seeded(0):
             test = scores(held[part].predict(x.to(trained.device), samples))

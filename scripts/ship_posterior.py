@@ -1,5 +1,5 @@
 """Ship a trained run inside the package: its posterior (config, guide means and scales in half
-precision, prior buffers, certified abstention rules) to bnn_zoo/posteriors/NAME.pt and its twin to
+precision, prior buffers, certified abstention rules) to bnn_zoo/shipped/NAME.pt and its twin to
 NAME_twin.pt, so that ``bnn_zoo.load(NAME)`` and ``python -m bnn_zoo.predict NAME IMAGE`` work right
 after install. Prints each file's size and how far half precision moves the test figures.
 

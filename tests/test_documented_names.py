@@ -1,8 +1,13 @@
 """What the docs promise by name works: each ``python -m bnn_zoo.X`` they give answers --help, each
-dotted bnn_zoo name in the README, the docs and the package's own docstrings and comments resolves,
-every name the package exported before its rooms were built still does, and the names users typed
-before the renames still work with a one-line notice."""
+option they give a command (``python -m bnn_zoo.X ... --opt``, ``scripts/X.py ... --opt``) is in its
+--help, each file or folder of the repository they name (bnn_zoo/..., scripts/..., configs/...,
+docs/...) is there, each dotted bnn_zoo name in the README, the docs and the package's own
+docstrings and comments resolves, every name the package exported before its rooms were built still
+does, and the names users typed before the renames still work with a one-line notice."""
+import contextlib
+import functools
 import importlib
+import io
 import re
 import runpy
 import sys
@@ -10,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 import bnn_zoo
 
@@ -51,6 +57,54 @@ def resolve(dotted: str):
 
 
 COMMANDS = {**_found(COMMAND, SOURCES), **_found(COMMAND, DOCS)}
+# A file or folder of the repository, as the docs name it (a glob where it holds *)
+REPO_PATH = re.compile(r"(?<![\w./-])((?:bnn_zoo|scripts|configs|docs)/[\w.*/-]*[\w*])")
+# A command the docs give, in code: python -m bnn_zoo.X, or a script; its options follow it
+INVOCATION = re.compile(r"python -m (bnn_zoo(?:\.\w+)+)|(scripts/\w+\.py)")
+OPTION = re.compile(r"(?<![\w-])--[a-z][\w-]*")
+
+
+def code_of(text: str) -> list[str]:
+    """The code in a Markdown page: each line of its fenced blocks, and each inline code span (one
+    broken over two lines joined by a space)."""
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    return ([line for block in fenced for line in block.splitlines()]
+            + [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", prose)])
+
+
+def documented_options() -> dict[tuple[str, str], str]:
+    """{(command, option): the page that gives it} for each --option the docs write after a command
+    (``python -m bnn_zoo.X`` or ``scripts/X.py``), up to the next command in the same code."""
+    found = {}
+    for page in DOCS:
+        for code in code_of(page.read_text()):
+            calls = list(INVOCATION.finditer(code))
+            for call, after in zip(calls, [*calls[1:], None]):
+                tail = code[call.end():after.start() if after else len(code)]
+                for option in OPTION.findall(tail):
+                    found.setdefault((call.group(1) or call.group(2), option), str(page.relative_to(ROOT)))
+    return found
+
+
+@functools.cache
+def help_of(command: str) -> str:
+    """What ``command --help`` prints: a ``bnn_zoo.X`` module's, or a ``scripts/X.py`` script's."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        if command.startswith("scripts/"):
+            load_script(Path(command).stem).main(["--help"])
+        else:
+            argv, sys.argv = sys.argv, [command, "--help"]
+            try:
+                runpy.run_module(command, run_name="__main__")
+            finally:
+                sys.argv = argv
+    return out.getvalue()
+
+
+PATHS = _found(REPO_PATH, DOCS)
+OPTIONS = documented_options()
 NAMES = {name: where for name, where in {**_found(DOTTED, SOURCES), **_found(DOTTED, DOCS)}.items()
          if name not in COMMANDS and not name.endswith((".py", ".pt", ".json"))}
 
@@ -67,6 +121,18 @@ def test_each_documented_command_answers_help(command, monkeypatch, capsys):
         runpy.run_module(command, run_name="__main__")
     assert stop.value.code == 0, f"{command} (in {COMMANDS[command]}) exited {stop.value.code}"
     assert capsys.readouterr().out.startswith("usage:")
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_each_documented_path_is_in_the_repository(path):
+    there = any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()
+    assert there, f"{path}, named in {PATHS[path]}, is not there"
+
+
+@pytest.mark.parametrize("command, option", sorted(OPTIONS))
+def test_each_documented_option_is_one_its_command_takes(command, option):
+    assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_of(command)), \
+        f"{command} {option}, given in {OPTIONS[(command, option)]}, is not among its options"
 
 
 @pytest.mark.filterwarnings("ignore:bnn_zoo.SplitELBO is now:DeprecationWarning")

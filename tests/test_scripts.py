@@ -117,6 +117,40 @@ def test_capture_parity_trains_both_ways_and_tables_the_figures(shared_data, tmp
     assert f"{compiled['accuracy']:.4f} / {eager['accuracy']:.4f}" in row
 
 
+def test_ship_sets_portable_rewrites_shipped_files_without_the_builder_s_folders(tmp_path, monkeypatch, capsys):
+    """A posterior shipped with the folders of the machine that built it (data.root, run_dir), as
+    lenet was: --portable writes it again without them, its weights, calibration and everything
+    else as they were, under a digest that holds (read checks it); a file without any is left alone."""
+    import shutil
+
+    import bnn_zoo.runs.loading
+    from bnn_zoo.runs.checkpoint import digest, read, save_atomic
+    from bnn_zoo.runs.trained import weights_digest
+
+    shipped = tmp_path / "shipped"
+    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
+    script = load_script("ship_sets")
+    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
+    monkeypatch.setattr(script, "SHIPPED", shipped)
+    built = read(shipped / "lenet.pt")
+    built["config"]["run_dir"], built["config"]["data"]["root"] = "/work/runs/lenet_ens3", "/work/shared/data"
+    save_atomic(built, shipped / "lenet.pt")
+    weights = weights_digest(load("lenet"))
+    twin = (shipped / "lenet_twin.pt").read_bytes()
+    assert script.main(["lenet", "--portable"]) == 0
+    assert capsys.readouterr().out == ("lenet.pt: rewritten without the folders of the machine that built it\n"
+                                       "lenet_twin.pt: holds no folder of the machine that built it\n")
+    after = read(shipped / "lenet.pt")
+    assert after["config"]["run_dir"] is None and after["config"]["data"]["root"] is None
+    assert {**after["config"], "run_dir": "/work/runs/lenet_ens3",
+            "data": {**after["config"]["data"], "root": "/work/shared/data"}} == built["config"]
+    for key in set(built) - {"config", "digest"}:  # weights, calibration (its certified_weights), densities
+        assert digest(after[key]) == digest(built[key]), key
+    assert weights_digest(load("lenet")) == weights and (shipped / "lenet_twin.pt").read_bytes() == twin
+    assert script.main(["--portable"]) == 0  # every shipped posterior; none holds a folder now
+    assert "rewritten" not in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data, tmp_path, monkeypatch, capsys):
     """On a copy of the shipped posteriors: the file gets the sets calibration would certify (the

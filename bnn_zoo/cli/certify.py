@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--twin-signal", choices=("entropy", DENSITY), default="entropy",
                         help="the twin's gate: its entropy, or its feature density (fitted on the run's first "
                              f"{DENSITY_INPUTS:,} training images; density.pt)")
-    parser.add_argument("--data-root", default=None, help="data folder (default: the run's)")
+    parser.add_argument("--data-root", default=None,
+                        help="data folder (default: $BNN_ZOO_DATA, then the run's data.root, then ./data)")
     args = parser.parse_args(argv)
 
     def command() -> int:

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                                   args.device, args.shift and tuple(args.shift), args.shift_size)
         write_atomic(output, json.dumps(evaluation.to_dict(), indent=2))
         print(table(evaluation))
+        cli.note(f"wrote every figure to {output}")
         for result in evaluation.posteriors.values():
             cli.note(result.note)  # where no rule is certified: the sets answered, and what would certify one
         return 0

@@ -99,7 +99,7 @@ def add_rule_options(parser: argparse.ArgumentParser, calibrated: bool = True) -
 def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> None:
     """Where the data sets are and how much of them to use."""
     parser.add_argument("--data-root", default=None,
-                        help="data folder (default: the run's, then $BNN_ZOO_DATA, then ./data)")
+                        help="data folder (default: $BNN_ZOO_DATA, then the run's data.root, then ./data)")
     parser.add_argument("--test-size", type=count, default=None, help="test images to use (default all)")
     if ood_size:
         parser.add_argument("--ood-size", type=count, default=10000,

@@ -145,15 +145,21 @@ def _first_line(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
 
 
-def check_inputs(x: torch.Tensor, *networks: Union[BayesianNet, Twin]) -> None:
-    """Refuse what is not a tensor of inputs: an empty one, one of a shape a network (of
-    ``networks``: a model, a twin) does not take (``check_shape``), NaN or inf values, and images
-    that were not normalized (values far beyond -0.42..2.82)."""
+def check_inputs(x: torch.Tensor, *networks: Union[BayesianNet, Twin]) -> torch.Tensor:
+    """``x`` as the networks (of ``networks``: a model, a twin) take it, in the dtype of their weights
+    (a float64 or integer batch cast, as torch would not mix them); refused where it is not a tensor of
+    real inputs: an empty one, one of a shape a network does not take (``check_shape``), NaN or inf
+    values, and images that were not normalized (values far beyond -0.42..2.82)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor of inputs [N, ...], got a {type(x).__name__}; "
                         "pass torch.as_tensor(x, dtype=torch.float32)")
     if not x.dim() or not len(x):
         raise ValueError(f"x holds no inputs: expected [N, ...] with N >= 1, got shape {tuple(x.shape)}")
+    if networks and x.dtype != input_dtype(networks[0]):
+        if x.is_complex():
+            raise TypeError(f"x holds complex numbers ({x.dtype}); the network takes real inputs, "
+                            f"{input_dtype(networks[0])}")
+        x = x.to(input_dtype(networks[0]))
     for network in networks:
         check_shape(network, x)
     if x.is_floating_point() and not x.isfinite().all():
@@ -163,6 +169,15 @@ def check_inputs(x: torch.Tensor, *networks: Union[BayesianNet, Twin]) -> None:
         raise ValueError(f"the images hold values up to {float(x.abs().max()):g}, far outside normalized "
                          f"images' {NORMALIZED_RANGE[0]:.2f}..{NORMALIZED_RANGE[1]:.2f}: pass "
                          "bnn_zoo.data.sets.normalize(uint8 images 0..255)")
+    return x
+
+
+def input_dtype(network: Union[BayesianNet, Twin]) -> torch.dtype:
+    """The floating dtype of a network's weights (a model's: its skeleton's), which its inputs must
+    share; torch's default where it holds none."""
+    module = network.skeleton if isinstance(network, BayesianNet) else network
+    held = (t.dtype for t in (*module.parameters(), *module.buffers()) if t.is_floating_point())
+    return next(held, torch.get_default_dtype())
 
 
 def sample_count(samples: dict) -> int:
@@ -294,10 +309,11 @@ def predict(model: BayesianNet, posterior: WeightSource, x: torch.Tensor, num_sa
     is False (pruning). The model runs in eval mode. ``compiled``: the network's pass compiled by
     ``torch.compile`` (the same draws; float rounding apart); None: from 10^6 predictions
     (samples x inputs) on, where it pays. Runs in the caller's Pyro settings and parameter store;
-    the result is on x's device. A ValueError says what the model takes where ``x`` is not of that
-    shape, and where ``posterior`` was built for another network.
+    the result is on x's device. ``x`` of another dtype than the model's weights (float64, say) is
+    cast to theirs. A ValueError says what the model takes where ``x`` is not of that shape, and
+    where ``posterior`` was built for another network.
     """
-    check_inputs(x, model)
+    x = check_inputs(x, model)
     if isinstance(posterior, dict):
         total = sample_count(posterior)
         num_samples = total if num_samples is None else num_samples

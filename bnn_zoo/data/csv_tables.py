@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -18,6 +19,10 @@ from ..core.errors import DataError
 # data.target=null: the one column of such a name (in any case) is the target, else the last column
 TARGET_NAMES = ("target", "label", "class", "y")
 ZIP, PICKLE, TEXT = "a zip archive", "a pickle", "text"  # what a file's first bytes say it is (file_kind)
+# What marks a missing value in a cell: pandas' default na_values (read_csv), as spreadsheets and
+# R write them. A target holding one is refused, not read as a class of that name ("none" is one).
+MISSING = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
 
 
 @dataclass
@@ -39,21 +44,30 @@ def read_csv(path: Path, target: Optional[str], categorical: bool, classes: Opti
     value ("1" for 1, 1.0 and 01). ``classes`` and ``features``: the training table's, which a
     test table's values must be among and whose columns it is read by."""
     header, rows = _table(path)
-    target = target if target is not None else _default_target(path, header)
+    target = column_name(target) if target is not None else _default_target(path, header)
     if target not in header:
         raise DataError(f"{path} has no column {target!r} (data.target); its columns: {', '.join(header)}")
-    features = features or [h for h in header if h != target]
+    features = [column_name(f) for f in features] if features else [h for h in header if h != target]
     if not features:
         raise DataError(f"{path} holds the column {target!r} alone: give feature columns beside it, separated by commas")
     x, column = _columns(path, header, rows, features), header.index(target)
     labels = [(n, row[column].strip()) for n, row in rows]
-    blank = next((n for n, label in labels if not label), None)
-    if blank is not None:
-        raise DataError(f"{path} line {blank}: the target {target!r} is empty; fill or drop the row")
+    missing = next(((n, label) for n, label in labels if label in MISSING), None)
+    if missing is not None:
+        n, label = missing
+        held = "is empty" if not label else f"holds {label!r}, which marks a missing value"
+        raise DataError(f"{path} line {n}: the target {target!r} {held}; fill or drop the row"
+                        + (", or name that class otherwise" if label and categorical else ""))
     if not categorical:
         return Table(x, torch.tensor([_number(v, path, n, target) for n, v in labels]), None, features, target)
     y, classes = _classes(path, target, labels, classes)
     return Table(x, y, classes, features, target)
+
+
+def column_name(name: str) -> str:
+    """A column's name as it is compared: stripped, in Unicode's composed form (NFC: an é typed as
+    e and a combining accent is the é of one code point), so names that print alike match."""
+    return unicodedata.normalize("NFC", name.strip())
 
 
 def _default_target(path: Path, header: list[str]) -> str:
@@ -114,8 +128,9 @@ def file_kind(path: Path) -> str:
 
 
 def _table(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """A CSV file's header (names stripped, Excel's byte-order mark gone) and its rows that hold
-    anything, each with its line in the file (where it begins: a quoted cell may span lines)."""
+    """A CSV file's header (names as ``column_name`` compares them, Excel's byte-order mark gone)
+    and its rows that hold anything, each with its line in the file (where it begins: a quoted cell
+    may span lines)."""
     try:
         kind = file_kind(path)
         if kind == TEXT:
@@ -135,7 +150,7 @@ def _table(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     if len(records) < 2:
         raise DataError(f"{path} holds no rows under a header: give a header line and one row per example")
     (line, names), rows = records[0], records[1:]
-    header = [name.strip() for name in names]
+    header = [column_name(name) for name in names]
     first: dict[str, int] = {}
     for i, name in enumerate(header, 1):  # a column read by name must be the only one of its name
         if not name:
@@ -158,6 +173,7 @@ def table_columns(path: Path, names: list[str]) -> torch.Tensor:
 def _columns(path: Path, header: list[str], rows: list[tuple[int, list[str]]], names: list[str]) -> torch.Tensor:
     """The named columns of a table's rows as numbers [N, len(names)], in the order of ``names``."""
     at = {name: i for i, name in enumerate(header)}  # a lookup per name, not a search of the header
+    names = [column_name(name) for name in names]
     missing = [c for c in names if c not in at]
     if missing:
         raise DataError(f"{path} lacks the column(s) {', '.join(missing)} the run reads")

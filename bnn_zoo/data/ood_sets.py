@@ -151,7 +151,7 @@ def load_notmnist(root: Optional[str] = None, skip_unreadable: bool = False) -> 
             return read_png_folders(folder, skip_unreadable)
     raise DataError(f"notMNIST not found under {base.resolve()}: expected "
                     "notMNIST/raw/t10k-images-idx3-ubyte[.gz] or folders A..J of PNG images. "
-                    f"Point at it with data.root=DIR or {DATA_ENV}=DIR.")
+                    f"Point at DIR, the folder that holds notMNIST, with --data-root DIR or {DATA_ENV}=DIR.")
 
 
 def read_png_folders(folder: Path, skip_unreadable: bool = False) -> torch.Tensor:

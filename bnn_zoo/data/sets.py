@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
@@ -71,6 +72,13 @@ def data_root(root: Optional[str] = None) -> Path:
     return Path(root or os.environ.get(DATA_ENV) or "data").expanduser()
 
 
+def run_data_root(given: Optional[str], stored: Optional[str]) -> Optional[str]:
+    """The data folder a trained run reads its sets from: the one the user gives (--data-root), else
+    $BNN_ZOO_DATA, else the one it trained on (its config's data.root: a folder of the machine it
+    trained on, which a shipped posterior does not hold), else None (./data)."""
+    return given or os.environ.get(DATA_ENV) or stored
+
+
 def normalize(images: torch.Tensor) -> torch.Tensor:
     """uint8 images [N, 28, 28] (0..255, white on black) -> float [N, 1, 28, 28], normalized."""
     if images.dtype != torch.uint8:
@@ -92,9 +100,12 @@ def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
             raise _missing(folder, root_path, "downloads are off (data.download=false)")
         from torchvision import datasets
 
+        made = _outermost_missing(raw)  # the folders the download makes: gone again where it fails
         try:
             getattr(datasets, folder)(str(root_path), train=train, download=True)
         except Exception as err:  # network errors come as URLError, OSError, RuntimeError...
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
             last = str(err).strip().splitlines()[-1][:160] if str(err).strip() else ""
             raise _missing(folder, root_path, f"the download failed ({type(err).__name__}: {last})") from None
     image_file, label_file = (find_idx(raw, stem) for stem in stems)
@@ -110,11 +121,22 @@ def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
     return images, labels.long()
 
 
+def _outermost_missing(path: Path) -> Optional[Path]:
+    """The outermost of ``path`` and the folders above it that does not exist yet (None: it exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
 def _missing(folder: str, root: Path, why: str) -> DataError:
     return DataError(
         f"{folder} not found in {root.resolve() / folder / 'raw'} and {why}. It needs the files "
         f"{', '.join(IDX_FILES)} (or their .gz) there. Put them in DIR/{folder}/raw and point at "
-        f"DIR with data.root=DIR or the environment variable {DATA_ENV}=DIR.")
+        f"DIR: the environment variable {DATA_ENV}=DIR, or data.root=DIR to train, --data-root DIR to "
+        "evaluate or certify.")
 
 
 def read_idx(path: str | Path) -> torch.Tensor:
@@ -192,12 +214,13 @@ def validation_split(n: int, val_size: int) -> tuple[torch.Tensor, torch.Tensor]
 def run_split(data: DataConfig, part: str, root: str | None = None, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A classifier run's ``train`` split (as it trained: at most ``data.train_limit``), ``val`` split
     or ``test`` set, the first ``limit`` of it, as normalized inputs and labels; ``data``: the run's
-    data section; ``root`` defaults to its."""
+    data section; ``root`` the user's, else $BNN_ZOO_DATA, else its (``run_data_root``)."""
     if data.name in OWN_DATA:
         splits = load_splits(data, categorical=True)
         chosen = {"train": splits.train, "val": splits.val, "test": splits.test}[part]
         return chosen.x[:limit], chosen.y[:limit]
-    images, labels = load_torchvision(data.name, root or data.root, train=part != "test", download=data.download)
+    images, labels = load_torchvision(data.name, run_data_root(root, data.root), train=part != "test",
+                                      download=data.download)
     if part == "test":
         return normalize(images[:limit]), labels[:limit]
     train_idx, val_idx = validation_split(len(images), data.val_size)

@@ -26,7 +26,7 @@ from ..core.predictive import seeded
 from ..data.folders import image_files
 from ..data.inputs import image_inputs, pixel_inputs
 from ..data.ood_sets import ood_images, overlaid_digits
-from ..data.sets import run_split
+from ..data.sets import run_data_root, run_split
 from ..runs.checks import pick_device
 from ..runs.cost import Cost as Measure
 from ..runs.loading import load
@@ -106,13 +106,14 @@ def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule | SetA
 
 def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
                         test_size: int | None) -> tuple[Trained, str | None, torch.Tensor, torch.Tensor]:
-    """A trained classifier run, its data root, and its test set (normalized inputs, labels)."""
+    """A trained classifier run, its data root (``data_root``, else $BNN_ZOO_DATA, else the run's:
+    ``run_data_root``), and its test set (normalized inputs, labels)."""
     trained = load(run_dir, pick_device(device))
     cfg = trained.config
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError(f"evaluation is for classifiers; {cfg.arch} runs report their figures in "
                           "metrics.json")
-    root = data_root or cfg.data.root
+    root = run_data_root(data_root, cfg.data.root)
     x, labels = run_split(cfg.data, "test", root, test_size)
     return trained, root, x, labels
 

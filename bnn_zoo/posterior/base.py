@@ -88,7 +88,7 @@ class Posterior(ABC):
                 batch_size: int = 500) -> torch.Tensor:
         """Sampled predictions [S, N, ...] on ``x``: S = num_samples, or 1 for a point estimate,
         filled chunk by chunk by ``bnn_zoo.core.predictive.fill_predictions``."""
-        check_inputs(x, *self.networks)
+        x = check_inputs(x, *self.networks)  # in the dtype of the networks' weights
         rows = self.rows(num_samples)
         positive_sizes(rows, chunk_size, batch_size)
         return fill_predictions(x, self.chunks(x, num_samples, chunk_size), rows, batch_size)

@@ -1,6 +1,7 @@
 """A trained run from its files (``load``: a run directory, or a shipped posterior's name), the
 check that its calibration certified the weights it holds, and posteriors written into the
-package (``ship``).
+package (``ship``), which carry no folder of the machine that built them
+(``bnn_zoo.runs.portable``).
 
 Usage: ``trained = load("runs/lenet")  # or load("lenet"), the shipped one``
 """
@@ -38,6 +39,7 @@ from .config import make_config
 from .factory import build_networks, build_twin
 from .files import read_json
 from .plan import Plan
+from .portable import check_portable, portable
 from .trained import Trained, weights_digest
 
 SHIPPED = Path(__file__).resolve().parent.parent / "shipped"  # trained posteriors inside the package
@@ -58,9 +60,10 @@ def shipped_names() -> list[str]:
 
 
 def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torch.dtype = torch.float16) -> list[Path]:
-    """Write a run's posterior (config, guide means and scales in ``dtype``, prior buffers, an
-    ensemble's members, calibration, feature densities) to ``folder/NAME.pt`` and its twins to
-    ``folder/NAME_twin.pt`` (folder: the package's posteriors); returns the paths."""
+    """Write a run's posterior (config without this machine's folders: ``portable``; guide means and
+    scales in ``dtype``, prior buffers, an ensemble's members, calibration, feature densities) to
+    ``folder/NAME.pt`` and its twins to ``folder/NAME_twin.pt`` (folder: the package's posteriors);
+    returns the paths."""
     run_dir, folder = Path(run_dir), Path(folder or SHIPPED)
     trained = load(run_dir)
     if trained.calibration_problem:
@@ -70,8 +73,10 @@ def ship(run_dir: str | Path, name: str, folder: Path | None = None, dtype: torc
     shipped = [{"run": s.get("run"), "epoch": s["epoch"], "model": s["model"], "guide": small(s["guide"])} for s in states]
     densities = read(run_dir / DENSITIES)["densities"] if (run_dir / DENSITIES).is_file() else {}
     written = [folder / f"{name}.pt"]
-    save_atomic({"config": states[0]["config"], "num_data": states[0]["num_data"], **shipped[0], "members": shipped[1:],
-                 "calibration": read_calibration(run_dir / CALIBRATION), "densities": densities}, written[0])
+    state = {"config": portable(states[0]["config"]), "num_data": states[0]["num_data"], **shipped[0],
+             "members": shipped[1:], "calibration": read_calibration(run_dir / CALIBRATION), "densities": densities}
+    check_portable(state, run_dir)
+    save_atomic(state, written[0])
     twins = [d / TWIN_CHECKPOINT for d in [run_dir, *member_dirs(run_dir, len(states))]]
     if all(path.is_file() for path in twins):
         written.append(folder / f"{name}_twin.pt")

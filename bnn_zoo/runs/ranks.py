@@ -10,8 +10,9 @@ the single-process gradient of the global minibatch under their draws. Only rank
 directory, validates and tests.
 
 The ranks meet at rank 0's MASTER_ADDR:MASTER_PORT within ``BNN_ZOO_RENDEZVOUS_SECONDS`` (default
-120): a rank that finds not every other there by then (one was never launched) stops with a line
-that says so. Once met, a rank waits on the others up to 30 minutes (``TIMEOUT``).
+120), each saying first (on stderr) that it waits and how long: a rank that finds not every other
+there by then (one was never launched) stops with a line that says so. Once met, a rank waits on
+the others up to 30 minutes (``TIMEOUT``).
 
 Usage::
 
@@ -24,6 +25,7 @@ import gc
 import math
 import os
 import socket
+import sys
 import time
 import traceback
 from contextlib import contextmanager, nullcontext
@@ -126,6 +128,10 @@ class Ranks:
         once every rank is there; a ConfigError where they are not within BNN_ZOO_RENDEZVOUS_SECONDS."""
         seconds = _rendezvous_seconds()
         host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if self.size > 1:  # said before the wait: a rank whose peers never come is not silent for it
+            others = f"the other {self.size - 1} ranks" if self.size > 2 else "the other rank"
+            print(f"rank {self.rank} of {self.size} waits for {others} at {host}:{port}, up to {seconds:g} s "
+                  f"({RENDEZVOUS})", file=sys.stderr, flush=True)
         deadline = time.monotonic() + seconds
         try:
             if self.rank and host and port and port.isdigit():  # torch's client would log each try to reach rank 0

@@ -103,6 +103,27 @@ def test_predict_refuses_inputs_that_are_not_numbers(bad):
         predict(model, guide, x, 2)
 
 
+@pytest.mark.parametrize("arch", ZOO)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int64], ids=str)
+def test_a_batch_of_another_dtype_is_predicted_as_the_weights_dtype(arch, dtype):
+    """A float64 batch (numpy's default) failed inside torch ("Input type (double) and bias type
+    (float)"): it is cast to the weights' dtype and answers as that batch does, draw for draw, by
+    the function and by a run's posteriors (bnn_zoo.posteriors: a model's, a twin's)."""
+    from bnn_zoo.core.twin import Twin
+    from bnn_zoo.posterior.point import PointPosterior
+
+    model, guide = build(arch, num_data=100, hidden=SMALL[arch])
+    x = example_batch(arch, 5)[0].clamp(-0.4, 2.8).to(dtype)
+    same = x.float()  # the numbers the cast batch holds
+    predicted = []
+    for batch in (same, x, same):  # the first sets the guide up (which draws), the others compare
+        pyro.set_rng_seed(1)
+        predicted.append(predict(model, guide, batch, 3))
+    assert predicted[1].dtype == torch.float32 and torch.equal(predicted[1], predicted[2])
+    twin = PointPosterior(Twin(make_net(arch, SMALL[arch]), model.likelihood), "twin")
+    assert torch.equal(twin.predict(x, 1), twin.predict(same, 1))
+
+
 def test_predict_names_what_is_wrong_with_its_arguments():
     model, guide = build("toy_mlp", hidden=[4])
     x = torch.zeros(3, 1)

@@ -142,3 +142,33 @@ def test_rows_of_uint8_are_the_numbers_they_are_in_training_and_predict(tmp_path
     torch.save({"x": rows.to(torch.uint8)}, tmp_path / "u.pt")
     assert torch.equal(read_rows(cfg.data, tmp_path / "u.pt"), read_rows(cfg.data, tmp_path / "f.pt"))
     assert torch.equal(read_rows(cfg.data, tmp_path / "u.pt"), rows.float())
+
+
+@pytest.mark.parametrize("marker", ["NaN", "nan", "NA", "N/A", "null", "None", "", "#N/A", "<NA>"])
+@pytest.mark.parametrize("categorical", [True, False], ids=["classes", "numbers"])
+def test_a_target_that_marks_a_missing_value_is_refused_naming_its_line(tmp_path, marker, categorical):
+    """NaN, NA, null and the other marks pandas reads as missing are no class (a classifier trained
+    "NaN" as one) and no number: the row is named, as an empty target's is; "none" is a class."""
+    rows = [f"{i},{'ab'[i % 2] if categorical else round(i / 3, 3)}" for i in range(20)]
+    rows[6] = f"6,{marker}"
+    path = table(tmp_path, "f,label\n" + "\n".join(rows) + "\n")
+    held = "is empty" if not marker else f"holds {marker!r}, which marks a missing value"
+    with pytest.raises(DataError) as err:
+        read_csv(path, "label", categorical)
+    assert str(err.value) == (f"{path} line 8: the target 'label' {held}; fill or drop the row"
+                              + (", or name that class otherwise" if marker and categorical else ""))
+
+
+def test_a_header_in_another_unicode_form_matches_its_column_by_name(tmp_path):
+    """"café" typed as e and a combining accent (NFD, as macOS names files) is the config's "café"
+    (NFC): names are compared composed, so both spellings name one column."""
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    path = table(tmp_path, f"{decomposed},size,label\n" + "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(20)))
+    found = read_csv(path, "label", True, features=[composed, "size"])
+    assert found.features == [composed, "size"] and found.x[:3].tolist() == [[0, 0], [1, 1], [2, 2]]
+    assert torch.equal(table_columns(path, [composed]), found.x[:, :1])
+    by_target = read_csv(table(tmp_path, f"x,{decomposed}\n" + "".join(f"{i},{'xy'[i % 2]}\n" for i in range(20)),
+                               "u.csv"), composed, True)
+    assert by_target.target == composed and by_target.classes == ["x", "y"]
+    with pytest.raises(DataError, match=r"columns 1 and 2 are both named 'café'"):  # one name, spelt two ways
+        read_csv(table(tmp_path, f"{composed},{decomposed},label\n1,2,x\n3,4,y\n", "twice.csv"), "label", True)

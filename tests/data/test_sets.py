@@ -79,7 +79,7 @@ def test_missing_mnist_offline_error(tmp_path, monkeypatch):
         data.load_torchvision("mnist", str(tmp_path), download=False)
     message = str(err.value)
     for needed in (str(tmp_path.resolve() / "MNIST" / "raw"), "train-images-idx3-ubyte",
-                   "data.root=DIR", "BNN_ZOO_DATA"):
+                   "data.root=DIR to train", "--data-root DIR to evaluate", "BNN_ZOO_DATA=DIR"):
         assert needed in message
 
     from torchvision import datasets
@@ -93,6 +93,29 @@ def test_missing_mnist_offline_error(tmp_path, monkeypatch):
                                         r"failure in name resolution>\)") as err:
         data.load_torchvision("mnist", str(tmp_path), download=True)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("root", ["new/data", "."], ids=["a_new_folder", "a_folder_there"])
+def test_a_failed_download_leaves_no_empty_folder_behind(root, tmp_path, monkeypatch):
+    """torchvision makes ROOT/MNIST/raw before it downloads; where the download fails (offline, here
+    a mirror that refuses), the folders it made go again, and a folder that was there stays."""
+    from torchvision import datasets
+
+    monkeypatch.setattr(datasets.MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens on port 9
+    with pytest.raises(DataError, match=r"MNIST not found in .* and the download failed \(RuntimeError: "):
+        data.load_torchvision("mnist", str(tmp_path / root), train=False, download=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_run_reads_the_user_s_data_folder_before_its_own(monkeypatch):
+    """--data-root, then $BNN_ZOO_DATA, then the data.root the run trained with (of the machine it
+    trained on), then ./data."""
+    monkeypatch.setenv("BNN_ZOO_DATA", "env")
+    assert data.run_data_root("given", "stored") == "given"
+    assert data.run_data_root(None, "stored") == "env"
+    monkeypatch.delenv("BNN_ZOO_DATA")
+    assert data.run_data_root(None, "stored") == "stored"
+    assert data.run_data_root(None, None) is None and data.data_root(None) == data.Path("data")
 
 
 def test_a_run_that_finds_no_data_leaves_no_lock_or_folder(tmp_path):

@@ -281,3 +281,30 @@ def test_a_shipped_posterior_is_evaluated_by_name_beside_you(shared_data, tmp_pa
                           "--data-root", str(shared_data)]) == 0
     written = json.loads((tmp_path / "lenet_fashion_eval.json").read_text())
     assert written["run_dir"] == "lenet_fashion" and set(written["posteriors"]["bayes"]["ood"]) == {"noise"}
+    assert "wrote every figure to lenet_fashion_eval.json\n" in capsys.readouterr().err  # says where, beside the table
+
+
+@pytest.mark.parametrize("given", ["--data-root", "BNN_ZOO_DATA"])
+def test_evaluate_reads_the_user_s_data_folder_before_the_one_the_run_stored(given, tiny_run, shared_data, tmp_path,
+                                                                             monkeypatch, capsys):
+    """A run from another machine stores that machine's data.root (as the shipped posteriors did):
+    evaluate read it before $BNN_ZOO_DATA, so it looked, and downloaded, there. The user's
+    --data-root, then $BNN_ZOO_DATA, come first; the stored folder is not touched."""
+    import shutil
+
+    from bnn_zoo.runs.checkpoint import CHECKPOINT, read, save_atomic
+
+    run, theirs = tmp_path / "run", tmp_path / "their_machine" / "data"
+    shutil.copytree(tiny_run, run)
+    state = read(run / CHECKPOINT)
+    state["config"]["data"].update(root=str(theirs), download=False)
+    save_atomic(state, run / CHECKPOINT)
+    args = [str(run), "--shift", "--samples", "2", "--test-size", "20", "--ood", "--ood-size", "10"]
+    if given == "--data-root":
+        monkeypatch.delenv("BNN_ZOO_DATA", raising=False)
+        args += ["--data-root", str(shared_data)]
+    else:
+        monkeypatch.setenv("BNN_ZOO_DATA", str(shared_data))
+    assert main(args) == 0, capsys.readouterr().err
+    assert load(run).config.data.root == str(theirs) and not theirs.parent.exists()
+    assert Evaluation.from_dict(json.loads((run / "eval.json").read_text())).test_size == 20

@@ -186,6 +186,9 @@ def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_pa
     said = [rank.communicate(timeout=300)[0] for rank in ranks]
     refusal = f"run directory {tmp_path} holds config.yaml, which no bnn-zoo run wrote"
     assert [rank.returncode for rank in ranks] == [2, 2], said
+    for rank, out in enumerate(said):  # each first says it waits for the other, then stops in one line
+        assert out.startswith(f"rank {rank} of 2 waits for the other rank at 127.0.0.1:{port}, up to 120 s "), out
+    said = [out.partition("\n")[2] for out in said]
     assert said[0].startswith(f"error: {refusal}") and said[0].count("\n") == 1, said[0]
     assert said[1].startswith(f"error: another rank stopped (ConfigError: {refusal}") and said[1].count("\n") == 1, said[1]
     assert (tmp_path / "config.yaml").read_text() == "arch: toy_mlp\n"
@@ -206,11 +209,42 @@ def test_a_rank_whose_peers_never_come_stops_in_one_line(tmp_path):
     said = [rank.communicate(timeout=300)[0] for rank in alone]
     assert [rank.returncode for rank in alone] == [2, 2], said
     for rank, (port, out) in enumerate(zip(ports, said)):
+        waits, _, out = out.partition("\n")  # said at once, before the wait
+        assert waits == (f"rank {rank} of 2 waits for the other rank at 127.0.0.1:{port}, up to 2 s "
+                         "(BNN_ZOO_RENDEZVOUS_SECONDS)")
         assert out.startswith(f"error: WORLD_SIZE=2 expects 2 ranks at 127.0.0.1:{port}; rank {rank} waited 2 s "
                               "(BNN_ZOO_RENDEZVOUS_SECONDS) and not all came (") and out.count("\n") == 1, out
         assert out.endswith("): launch every rank, e.g. torchrun --nproc_per_node 2 -m bnn_zoo.train ..., or unset "
                             "WORLD_SIZE to train in one process\n"), out
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("rank, size", [(0, 2), (1, 3)])
+def test_a_rank_says_at_once_that_it_waits_for_the_others_and_how_long(rank, size, monkeypatch, capsys):
+    """A rank launched alone was silent for the whole rendezvous wait: it says first whom it waits
+    for and how long (what it printed is read as the wait begins: rank 0 serving the meeting point,
+    rank 1 reaching for it), then stops when nobody came."""
+    import bnn_zoo.runs.ranks as ranks
+
+    port = str(_free_port())
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1"), monkeypatch.setenv("MASTER_PORT", port)
+    monkeypatch.setenv("BNN_ZOO_RENDEZVOUS_SECONDS", "0.5")
+    said_before = []
+
+    def spied(waits):
+        def wait(*args, **kwargs):
+            said_before.append(capsys.readouterr().err)
+            return waits(*args, **kwargs)
+        return wait
+
+    monkeypatch.setattr(ranks, "_reach", spied(ranks._reach))  # rank 1 first waits for rank 0's store
+    monkeypatch.setattr(ranks.dist, "rendezvous", spied(ranks.dist.rendezvous))  # rank 0 serves it
+    with pytest.raises(ConfigError, match=f"WORLD_SIZE={size} expects {size} ranks at 127.0.0.1:{port}; rank {rank} "
+                                          "waited 0.5 s"):
+        Ranks(rank, size, rank, 0, launched=True)._meet()
+    others = "the other rank" if size == 2 else f"the other {size - 1} ranks"
+    assert said_before[0] == (f"rank {rank} of {size} waits for {others} at 127.0.0.1:{port}, up to 0.5 s "
+                              "(BNN_ZOO_RENDEZVOUS_SECONDS)\n")
 
 
 def test_the_rendezvous_bound_must_be_a_positive_number(monkeypatch):
