@@ -32,11 +32,11 @@ from .runs.trained import Trained, posteriors
 
 
 def __getattr__(name: str):
-    """Names of earlier versions, kept with a warning: SplitELBO is TraceKL_ELBO."""
+    """Names of earlier versions, kept with a warning (once a process): SplitELBO is TraceKL_ELBO."""
     if name == "SplitELBO":
-        import warnings
+        from .core.errors import say_once
 
-        warnings.warn("bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO", DeprecationWarning, stacklevel=2)
+        say_once("bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO", DeprecationWarning)
         return TraceKL_ELBO
     raise AttributeError(f"module 'bnn_zoo' has no attribute {name!r}")
 

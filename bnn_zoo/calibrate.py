@@ -3,7 +3,8 @@ after a one-line notice (certifying a risk bound is not probability calibration)
 import sys
 
 from .cli.certify import main
+from .core.errors import say_once
 
 if __name__ == "__main__":
-    print("note: python -m bnn_zoo.calibrate is now python -m bnn_zoo.certify", file=sys.stderr)
+    say_once("note: python -m bnn_zoo.calibrate is now python -m bnn_zoo.certify")
     sys.exit(main())

@@ -144,7 +144,15 @@ def test_each_documented_name_resolves(name):
         pytest.fail(f"{name}, named in {NAMES[name]}, does not resolve: {err}")
 
 
-def test_every_name_exported_before_still_imports():
+@pytest.fixture
+def nothing_said(monkeypatch):
+    """A process that has given no notice of a renamed name yet (each is given once a process)."""
+    from bnn_zoo.core import errors
+
+    monkeypatch.setattr(errors, "_SAID", set())
+
+
+def test_every_name_exported_before_still_imports(nothing_said):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         found = {name: getattr(bnn_zoo, name) for name in EXPORTED}
@@ -153,7 +161,7 @@ def test_every_name_exported_before_still_imports():
     assert set(EXPORTED) - {"SplitELBO"} <= set(bnn_zoo.__all__)
 
 
-def test_the_old_command_and_config_key_work_with_a_notice(monkeypatch, capsys):
+def test_the_old_command_and_config_key_work_with_a_notice(monkeypatch, capsys, nothing_said):
     from bnn_zoo.runs.config import make_config
 
     monkeypatch.setattr(sys, "argv", ["bnn_zoo.calibrate", "--help"])
@@ -165,4 +173,17 @@ def test_the_old_command_and_config_key_work_with_a_notice(monkeypatch, capsys):
     assert "python -m bnn_zoo.certify RUN_DIR" in printed.out
     cfg = make_config({"arch": "lenet"}, ["abstention.calibrate=false"])
     assert cfg.abstention.certify is False
+    assert capsys.readouterr().err == "note: abstention.calibrate is now abstention.certify\n"
+
+
+def test_an_old_name_is_noticed_once_a_process_not_at_every_use(nothing_said, capsys):
+    """Issue 40: a deprecated name warned at every use (each config read, each attribute access)."""
+    from bnn_zoo.runs.config import make_config
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert bnn_zoo.SplitELBO is bnn_zoo.TraceKL_ELBO and bnn_zoo.SplitELBO is bnn_zoo.TraceKL_ELBO
+    assert [str(w.message) for w in caught] == ["bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO"]
+    for _ in range(3):
+        assert make_config({"arch": "lenet"}, ["abstention.calibrate=false"]).abstention.certify is False
     assert capsys.readouterr().err == "note: abstention.calibrate is now abstention.certify\n"

@@ -40,16 +40,17 @@ from ..evaluation import plots
 from ..evaluation.baseline import mark_no_better
 from ..evaluation.toy_plot import plot_toy
 from ..posterior import KINDS, held_part
-from ..runs.checkpoint import FITTED, config_dict, replace_config, save_atomic
-from ..runs.checks import check_network_fits, pick_device
+from ..runs.checkpoint import config_dict, replace_config, save_atomic
+from ..runs.checks import check_fitted_kinds, check_network_fits, pick_device
 from ..runs.config import make_config, resolved, with_profile
 from ..runs.cost import Cost
 from ..runs.factory import build_networks
+from ..runs.fits import Fit, read_fits, write_fits
 from ..runs.loop import format_figures, prefixed, train_phase
 from ..runs.phases import BayesPhase, TwinPhase
 from ..runs.plan import Plan
 from ..runs.ranks import Ranks
-from ..runs.resume import config_for_run, read_for_resume
+from ..runs.resume import config_for_run, posteriors_kept, read_for_resume
 from ..runs.run_dir import Run
 from ..runs.trained import posteriors
 from ..runs.trust_list import trust_given
@@ -83,12 +84,15 @@ def train(cfg: DictConfig) -> dict:
     with ranks.joined(device), ExitStack() as held:
         ranks.on_main(lambda: held.enter_context(run.claim(plan.overwrite, resuming=bool(plan.resume))))
         stored = read_for_resume(cfg, run.checkpoint, device) if plan.resume else None
+        if stored:  # what the run holds, and what this command adds or drops
+            cfg = posteriors_kept(cfg, stored, run.fitted)
         pyro.set_rng_seed(plan.seed)  # python, numpy and torch
         splits = ranks.first(lambda: load_splits(plan.data, plan.categorical, plan.seed, device))  # before the old run goes
         # your own data's shape, classes and statistics, for the checkpoint, checked before the run directory is touched
         plan = Plan.of(make_config(with_profile(cfg, splits)))
         if plan.data.name in OWN_DATA:
             check_network_fits(plan)
+        check_fitted_kinds(plan, len(splits.train))  # before the first epoch, not after the run
         if not ranks.main:  # rank 0 writes the run directory, and alone goes on after training
             return train_network(plan, run, splits, device, stored, ranks)
         _begin(run, plan, stored)
@@ -105,7 +109,7 @@ def train(cfg: DictConfig) -> dict:
             metrics["members"] = [train_member(member, i, splits, device) for i, member in enumerate(members, 1)]
         if plan.infer == "nuts":
             metrics["hmc"] = run_hmc(plan, splits, run)
-        if plan.train.posteriors:
+        if plan.train.posteriors or run.fitted.is_file():
             metrics["fitted"] = fit_posteriors(plan.train.posteriors, run, splits, device)
         if members or plan.train.posteriors:
             metrics["ensemble"] = test_posteriors(plan.train.test_samples, splits, run, device)
@@ -194,20 +198,32 @@ def run_hmc(plan: Plan, splits: Splits, run: Run) -> dict:
 def fit_posteriors(names: list[str], run: Run, splits: Splits, device) -> dict:
     """The kinds of posterior fitted after training (``train.posteriors``), around each member's
     twin, on the training split (a held-out kind's setting on validation's first fifth, which its
-    certificate leaves out); their states to RUN_DIR/fitted.pt (and each member's); their cost."""
-    trained = run.load(device)
+    certificate leaves out), in RUN_DIR/fitted.pt (and each member's): a fit the file holds for the
+    twin as it is now is kept, the others fitted (again, where the twin trained on since), and the
+    kinds ``names`` leaves out deleted (``train.drop_posteriors`` asked for it); their cost."""
+    trained = run.load(device, fitted=False)
     held = held_part(len(splits.val)) if splits.val is not None else slice(0, 0)
     x_held, y_held = (splits.val.x[held], splits.val.y[held]) if splits.val is not None else (None, None)
-    folders = [run.dir, *(run.member(i).dir for i in range(1, 1 + len(trained.members)))]
+    folders = [run, *(run.member(i) for i in range(1, 1 + len(trained.members)))]
     costs = {}
     for member, folder in zip((trained, *trained.members), folders):
-        states = {}
+        fits, stale = read_fits(folder.fitted, member, device)
+        kept = {name: fits[name] for name in names if name in fits}
+        for name in [*fits, *stale]:
+            if name not in names:
+                log(f"{name}: dropped from {folder.dir} with its certificate (train.drop_posteriors)")
         for name in names:
+            if name in kept:
+                continue
             with Cost(device) as cost:
-                states[name] = KINDS[name].fit(member.twin, splits.train.x, splits.train.y, x_held, y_held).state()
-            costs.setdefault(name, []).append({"seconds": cost.seconds, "peak_mb": cost.peak_mb})
-            log(f"{name}: fitted around {folder}'s twin in {cost.seconds:.1f} s")
-        save_atomic({"run": member.run, "posteriors": states}, folder / FITTED)
+                state = KINDS[name].fit(member.twin, splits.train.x, splits.train.y, x_held, y_held).state()
+            kept[name] = Fit.of(state, member, cost.seconds, cost.peak_mb)
+            again = f" again ({stale[name]})" if name in stale else ""
+            log(f"{name}: fitted{again} around {folder.dir}'s twin in {cost.seconds:.1f} s")
+        if stale or set(fits) != set(names):
+            write_fits(folder.fitted, member.run, {name: kept[name] for name in names})
+        for name in names:
+            costs.setdefault(name, []).append(kept[name].cost)
     return costs
 
 

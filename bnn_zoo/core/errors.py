@@ -1,12 +1,17 @@
 """The errors a user can cause: each says what was wrong and how to fix it, and every command
-line turns it into one line on stderr and exit code 2 (``bnn_zoo.cli.options.run``).
+line turns it into one line on stderr and exit code 2 (``bnn_zoo.cli.options.run``); and the
+notices of names an earlier bnn-zoo used, each said once a process (``say_once``).
 
 Usage: ``raise ConfigError("bad config key 'train.lr': must be positive, got -1")``
 """
 from __future__ import annotations
 
 import re
-from typing import Any
+import sys
+import warnings
+from typing import Any, Optional
+
+_SAID: set[str] = set()  # the notices this process has given
 
 
 class UserError(Exception):
@@ -43,3 +48,16 @@ def show(value: Any) -> str:
 def short_quotes(text: str) -> str:
     """``text`` with each value it quotes ('...') shortened as _show does."""
     return re.sub(r"'([^']*)'", lambda quoted: show(quoted.group(1)), text)
+
+
+def say_once(notice: str, category: Optional[type[Warning]] = None) -> None:
+    """Give ``notice`` (a renamed name: "note: X is now Y") the first time this process asks, and
+    never again: a line on stderr, or a warning of ``category`` (a DeprecationWarning for a name
+    of the library) pointing at the caller's caller."""
+    if notice in _SAID:
+        return
+    _SAID.add(notice)
+    if category is None:
+        print(notice, file=sys.stderr)
+    else:
+        warnings.warn(notice, category, stacklevel=3)

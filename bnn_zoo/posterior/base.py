@@ -6,8 +6,10 @@ activations; the registry of the kinds a run can hold, each one class registered
 A kind gives ``name`` (the key of its rule, sets and figures), ``title`` (its column in the
 reports) and ``of_run(trained)``: its posterior of a trained run, None where the run holds none.
 A kind fitted after training around the twin (``fitted = True``: Laplace, SWAG) also gives
-``fit(twin, x_train, y_train, x_held, y_held)``, ``state()`` and ``from_state(twin, state)``; a
-run names the ones to fit in ``train.posteriors``.
+``fit(twin, x_train, y_train, x_held, y_held)``, ``state()`` and ``from_state(twin, state)`` (which
+refuses, with a ValueError saying why, a state it did not write: ``state_tensor``,
+``state_number``), and may give ``cannot_fit(twin, num_data)``, why it cannot be fitted around a
+twin (a run checks it before its first epoch); a run names the ones to fit in ``train.posteriors``.
 
 Usage::
 
@@ -26,6 +28,7 @@ from typing import ClassVar, Generator
 import torch
 from torch import nn
 
+from ..core.errors import show
 from ..core.predictive import Chunk, check_inputs, fill_predictions, positive_sizes
 
 KINDS: dict[str, type["Posterior"]] = {}  # name -> kind, in the order registered: the reports' order
@@ -112,7 +115,7 @@ class Posterior(ABC):
         run and of each of its ensemble members: for a fitted kind, the twins' training and the fits;
         None where the metrics do not say."""
         twin, fits = phase_seconds(metrics, "twin"), metrics[0].get("fitted", {}).get(cls.name) if metrics else None
-        if not cls.fitted or twin is None or fits is None:
+        if not cls.fitted or twin is None or fits is None or any(fit.get("seconds") is None for fit in fits):
             return None
         return twin + sum(fit["seconds"] for fit in fits)
 
@@ -122,6 +125,13 @@ class Posterior(ABC):
         return None
 
     # a fitted kind's
+    @classmethod
+    def cannot_fit(cls, twin, num_data: int) -> str | None:
+        """Why this kind cannot be fitted around ``twin`` on ``num_data`` training inputs (a clause:
+        "fits classifiers only, and this run regresses"), None where it can: what a run checks of
+        each kind it names before its first epoch."""
+        return None
+
     @classmethod
     def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, x_held: torch.Tensor, y_held: torch.Tensor) -> "Posterior":
         raise TypeError(f"{cls.__name__} is not fitted after training")
@@ -173,6 +183,35 @@ def phase_seconds(metrics: list[dict], phase: str) -> float | None:
     if not metrics or phase not in metrics[0]:
         return None
     return sum(m[phase]["seconds_per_epoch"] * len(m[phase]["history"]) for m in metrics if phase in m)
+
+
+def state_tensor(state: dict, key: str, shape: tuple[int | None, ...], least: float = -math.inf) -> torch.Tensor:
+    """``state[key]``: a tensor of finite floats of ``shape`` (None: any size on that axis), none
+    below ``least``; a ValueError naming the key and what it holds otherwise (a state written by
+    something else: ``from_state`` refuses it)."""
+    value = state.get(key) if isinstance(state, dict) else None
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        held = "nothing" if value is None else f"a {type(value).__name__}" + (
+            f" of {value.dtype}" if isinstance(value, torch.Tensor) else "")
+        raise ValueError(f"its {key!r} is {held}, not a tensor of floats")
+    if value.dim() != len(shape) or any(s is not None and s != v for s, v in zip(shape, value.shape)):
+        wanted = ", ".join("any" if s is None else str(s) for s in shape)
+        raise ValueError(f"its {key!r} has shape [{', '.join(map(str, value.shape))}], not [{wanted}]")
+    if not bool(torch.isfinite(value).all()):
+        raise ValueError(f"its {key!r} holds NaN or inf")
+    if not bool((value >= least).all()):
+        raise ValueError(f"its {key!r} holds numbers below {least:g}")
+    return value
+
+
+def state_number(state: dict, key: str, whole: bool = False) -> float:
+    """``state[key]``: a positive finite number (a whole one where ``whole``); a ValueError naming
+    the key otherwise."""
+    value = state.get(key) if isinstance(state, dict) else None
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
+        raise ValueError(f"its {key!r} is {show(value)}, not a positive {'whole number' if whole else 'number'}")
+    return value
 
 
 def count(*modules: nn.Module) -> int:

@@ -4,18 +4,34 @@ weight, started at the twin's weights, its learning rate a cosine restarted each
 explores at a high rate without noise, then samples as it cools, the Langevin noise on, keeping the
 weights at evenly spaced steps of that stage: samples from several modes, as HMC's are of one.
 
+Its rate is kept below where the steps diverge on the loss's sharpest direction
+(``bnn_zoo.posterior.sharpness.stable_lr``: a regression's steep loss); a smaller step changes the
+discretization, not the posterior it samples.
+
 Usage: ``chain = CyclicalSGMCMC.fit(trained.twin, x_train, y_train); probs = chain.predict(x)``
 """
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 
 import torch
 
 from ..core.predictive import sample_chunks
-from .base import register
+from .base import count, register, state_tensor
 from .sampled_weights import WeightSampler
+from .sharpness import stable_lr
+
+# fit's defaults: a cycle's length, its minibatches, the samples it keeps and the share it explores
+EPOCHS_PER_CYCLE, BATCH_SIZE, SAMPLES_PER_CYCLE, EXPLORE = 2, 128, 3, 0.8
+
+
+def sampling_steps(num_data: int, epochs_per_cycle: int = EPOCHS_PER_CYCLE, batch_size: int = BATCH_SIZE,
+                   explore: float = EXPLORE) -> list[int]:
+    """The steps of a cycle (counted from 0) that sample: those after its first ``explore``."""
+    length = epochs_per_cycle * math.ceil(num_data / batch_size)
+    return list(range(math.ceil(explore * length), length))
 
 
 @register
@@ -32,21 +48,34 @@ class CyclicalSGMCMC(WeightSampler):
         self.label = f"{self.label_text} ({len(samples)} samples)"
 
     @classmethod
-    def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, x_held=None, y_held=None, cycles: int = 4, epochs_per_cycle: int = 2, lr: float = 0.1,
-            batch_size: int = 128, samples_per_cycle: int = 3, explore: float = 0.8, prior_scale: float = 1.0,
+    def cannot_fit(cls, twin, num_data: int) -> str | None:
+        steps = len(sampling_steps(num_data))
+        if steps >= SAMPLES_PER_CYCLE:
+            return None
+        batches = next(k for k in itertools.count(1) if len(sampling_steps(k * BATCH_SIZE)) >= SAMPLES_PER_CYCLE)
+        return (f"keeps {SAMPLES_PER_CYCLE} samples from the last {1 - EXPLORE:.0%} of each cycle of "
+                f"{EPOCHS_PER_CYCLE} epochs in minibatches of {BATCH_SIZE}, and {num_data} training inputs give it "
+                f"{steps} step(s) there: it needs at least {(batches - 1) * BATCH_SIZE + 1} training inputs")
+
+    @classmethod
+    def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, x_held=None, y_held=None, cycles: int = 4,
+            epochs_per_cycle: int = EPOCHS_PER_CYCLE, lr: float = 0.1, batch_size: int = BATCH_SIZE,
+            samples_per_cycle: int = SAMPLES_PER_CYCLE, explore: float = EXPLORE, prior_scale: float = 1.0,
             seed: int = 0) -> "CyclicalSGMCMC":
         """``cycles`` cycles of ``epochs_per_cycle`` epochs; the step w -= lr_t grad U_t / N (U the
         minibatch's estimate of minus the log joint) with N(0, 2 lr_t / N) noise after the first
-        ``explore`` of a cycle, lr_t = lr (cos(pi t / T) + 1) / 2 within the cycle."""
-        walker = copy.deepcopy(twin).train()
-        params = list(walker.parameters())
-        generator = torch.Generator(device=x.device).manual_seed(seed)
-        n, per_epoch = len(x), math.ceil(len(x) / batch_size)
-        length = epochs_per_cycle * per_epoch
-        sampling = list(range(math.ceil(explore * length), length))
+        ``explore`` of a cycle, lr_t = lr (cos(pi t / T) + 1) / 2 within the cycle (lr, or
+        ``stable_lr``'s where the loss is too steep for it)."""
+        n = len(x)
+        length = epochs_per_cycle * math.ceil(n / batch_size)
+        sampling = sampling_steps(n, epochs_per_cycle, batch_size, explore)
         if len(sampling) < samples_per_cycle:
             raise ValueError(f"each cycle samples over {len(sampling)} steps, fewer than the {samples_per_cycle} samples "
                              "it keeps: lengthen the cycles (more epochs, a smaller batch) or explore less")
+        lr = stable_lr(twin, x, y, lr)
+        walker = copy.deepcopy(twin).train()
+        params = list(walker.parameters())
+        generator = torch.Generator(device=x.device).manual_seed(seed)
         keep = {sampling[round(i * (len(sampling) - 1) / max(samples_per_cycle - 1, 1))] for i in range(samples_per_cycle)}
         samples = []
         for _ in range(cycles):
@@ -85,7 +114,10 @@ class CyclicalSGMCMC(WeightSampler):
 
     @classmethod
     def from_state(cls, twin, state: dict) -> "CyclicalSGMCMC":
-        return cls(twin, state["samples"])
+        samples = state_tensor(state, "samples", (None, count(twin.net)))
+        if not len(samples):
+            raise ValueError("its 'samples' hold none")
+        return cls(twin, samples)
 
     @property
     def parameters_stored(self) -> int:

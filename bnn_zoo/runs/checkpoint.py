@@ -27,7 +27,7 @@ HMC_SAMPLES = "hmc.pt"
 CALIBRATION = "calibration.json"  # the certified abstention rules (bnn_zoo.cli.certify)
 CERTIFIED_WEIGHTS = "certified_weights"  # calibration.json's record of the weights it certified
 MEMBERS = "members"  # an ensemble's members 1, 2, ... live in RUN_DIR/members/N, member 0 in RUN_DIR
-FITTED = "fitted.pt"  # the states of the posteriors fitted after training (bnn_zoo.posterior.base)
+FITTED = "fitted.pt"  # the posteriors fitted after training, each bound to its twin (bnn_zoo.runs.fits)
 # 2: likelihood objects (the noise scale under "likelihood."), twins as Twin(net, likelihood).
 # 3: a SHA-256 digest of the contents ("digest"), checked when read.
 # 4: data.target_stats in the config (a regression on your own data learns its targets standardized;
@@ -197,8 +197,8 @@ def stored_config(state: dict, source: str | Path = "a checkpoint") -> dict:
     """The config a checkpoint (read from ``source``) stores, without the keys this bnn-zoo retired
     (``make_config`` reads it); one naming a network by name this user does not trust is refused
     (``bnn_zoo.runs.trust_list``: building it would run code)."""
-    renamed(state["config"], notice=False)  # a key an earlier bnn-zoo wrote under its old name
     try:  # before anything reads it: a key of another kind would fail where it is read
+        renamed(state["config"], notice=False)  # a key an earlier bnn-zoo wrote under its old name
         check_layout(state["config"], Config)
     except ConfigError as err:
         raise CheckpointError(f"{source} holds a config this bnn-zoo cannot use ({err}); train the run again") from None

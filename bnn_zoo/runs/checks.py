@@ -24,7 +24,9 @@ from ..core.likelihoods import NOISE_MODES
 from ..core.nets import ImageTooSmall
 from ..core.priors import PRIORS
 from ..data.own import OWN_DATA, ROWS, name_problem
+from ..posterior import KINDS as POSTERIORS
 from ..posterior import fitted_kinds
+from .factory import build_twin
 from .plan import Plan, recipe
 
 MAX_SAMPLES = 10000  # posterior samples per input, for any figure
@@ -132,6 +134,15 @@ def check(cfg: DictConfig) -> None:
     if unknown is not None:
         raise ConfigError(f"bad config key 'train.posteriors': {show(unknown)} is no posterior fitted after training; "
                           f"choose from {', '.join(fitted)} (or register one: bnn_zoo.posterior.register)")
+    for key in ("train.posteriors", "train.drop_posteriors"):
+        named = list(OmegaConf.select(cfg, key))
+        twice = next((name for name in named if named.count(name) > 1), None)
+        if twice is not None:
+            raise ConfigError(f"bad config key {key!r}: {show(twice)} is named {named.count(twice)} times; name each "
+                              "kind once")
+    if cfg.train.drop_posteriors and not cfg.resume:
+        raise ConfigError("bad config key 'train.drop_posteriors': it deletes fitted posteriors a run holds, with "
+                          "resume=RUN; a new run fits those train.posteriors names and no others")
     if cfg.train.posteriors and not cfg.train.twin:
         raise ConfigError("bad config key 'train.posteriors': they are fitted around the twin; train it too (train.twin=true)")
     data = cfg.data.name or spec.datasets[0]  # table_mlp's default is a table of yours
@@ -249,6 +260,22 @@ def check_network_fits(plan: Plan) -> None:
                           "any size") from None
     except ValueError as err:
         raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
+
+
+def check_fitted_kinds(plan: Plan, num_data: int) -> None:
+    """Each kind ``train.posteriors`` names can be fitted around the plan's twin on ``num_data``
+    training inputs (its ``cannot_fit``): said in one line before the first epoch, not after the
+    run. The twin is built once, from a fork of torch's random stream."""
+    if not plan.train.posteriors:
+        return
+    with torch.random.fork_rng(devices=[]):
+        twin = build_twin(plan.networks)
+    why = {name: POSTERIORS[name].cannot_fit(twin, num_data) for name in fitted_kinds()}
+    refused = next((name for name in plan.train.posteriors if why.get(name)), None)
+    if refused is not None:
+        fits = [name for name in fitted_kinds() if not why[name]]
+        raise ConfigError(f"bad config key 'train.posteriors': {refused} {why[refused]}; leave it out" +
+                          (f" (for this run: {', '.join(fits)})" if fits else ""))
 
 
 def check_device_name(name: str) -> None:

@@ -4,7 +4,6 @@ Usage: ``cfg = load_config("lenet", ["train.epochs=1", "data.root=/data"])``
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
@@ -15,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..core.architectures import CLASSIFIER_DATA
-from ..core.errors import ConfigError, short_quotes, show
+from ..core.errors import ConfigError, say_once, short_quotes, show
 from ..data.own import least_squares_sd
 from ..data.sets import Splits
 from .checks import check, check_layout, data_kind
@@ -59,6 +58,8 @@ def make_config(base: Any = None, overrides: list[str] | dict | None = None,
     the ``source`` it came from (a file) where given.
     """
     cfg = _writable(OmegaConf.structured(Config))
+    if not isinstance(overrides, dict):
+        _check_renamed_pairs(overrides or [])
     layers = [base, overrides] if isinstance(overrides, dict) else [base, *map(_parse, overrides or ())]
     origin = source  # where the layer being merged came from
     try:
@@ -110,7 +111,8 @@ def _parse(override: str) -> DictConfig:
 
 
 # Keys that were renamed, old -> new (section, key): a config file or override with an old one gets
-# the new one and a one-line notice; a stored config, silently (bnn_zoo.runs.checkpoint).
+# the new one and a one-line notice (once a process); a stored config, silently
+# (bnn_zoo.runs.checkpoint). Both names in one file, or on one command line, are refused.
 RENAMED = {("abstention", "calibrate"): ("abstention", "certify")}
 
 
@@ -119,10 +121,25 @@ def renamed(layer, notice: bool = True):
     for (section, old), (_, new) in RENAMED.items():
         held = layer.get(section) if isinstance(layer, (dict, DictConfig)) else None
         if isinstance(held, (dict, DictConfig)) and old in held:
+            if new in held:
+                _both(section, old, new)
             held[new] = held.pop(old)
             if notice:
-                print(f"note: {section}.{old} is now {section}.{new}", file=sys.stderr)
+                say_once(f"note: {section}.{old} is now {section}.{new}")
     return layer
+
+
+def _both(section: str, old: str, new: str) -> None:
+    raise ConfigError(f"bad config key '{section}.{old}': it is the old name of {section}.{new}, which is given "
+                      f"too; give {section}.{new} alone")
+
+
+def _check_renamed_pairs(overrides: list[str]) -> None:
+    """Refuse a command line that gives a renamed key under both its names (which would win?)."""
+    keys = {override.partition("=")[0].strip() for override in overrides}
+    for (section, old), (_, new) in RENAMED.items():
+        if f"{section}.{old}" in keys and f"{section}.{new}" in keys:
+            _both(section, old, new)
 
 
 def _one_line(err: Exception) -> str:

@@ -38,6 +38,7 @@ from .checks import pick_device
 from .config import make_config
 from .factory import build_networks, build_twin
 from .files import read_json
+from .fits import check_registered, fitted_states
 from .plan import Plan
 from .portable import check_portable, portable
 from .trained import Trained, weights_digest
@@ -102,11 +103,14 @@ def shadowed(run_dir: str | Path) -> str | None:
     return None
 
 
-def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
-    """Rebuild a trained run's model, guide, deterministic twin, HMC samples and abstention rules
-    from its files (``run_dir``, or its checkpoint.pt); or, given the name of a shipped posterior
-    (``is_shipped``: ``lenet`` is the shipped one, ``./lenet`` a folder of that name), that one.
-    ``device``: a torch.device, or auto, cpu, cuda, cuda:N."""
+def load(run_dir: str | Path, device: str | torch.device = "cpu", fitted: bool = True) -> Trained:
+    """Rebuild a trained run's model, guide, deterministic twin, HMC samples, posteriors fitted
+    after training (refused where fitted around other twin weights than it holds:
+    ``bnn_zoo.runs.fits``) and abstention rules from its files (``run_dir``, or its
+    checkpoint.pt); or, given the name of a shipped posterior (``is_shipped``: ``lenet`` is the
+    shipped one, ``./lenet`` a folder of that name), that one. ``device``: a torch.device, or auto,
+    cpu, cuda, cuda:N. ``fitted=False``: without the posteriors fitted after training (what fitting
+    them again starts from)."""
     device = pick_device(device) if isinstance(device, str) else device
     if is_shipped(run_dir):
         return _shipped(str(run_dir), device)
@@ -128,10 +132,10 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained:
             raise CheckpointError(f"{run_dir} is an ensemble of {trained.config.train.members}, but member "
                                   f"{member.name} has no checkpoint: finish it with python -m bnn_zoo.train "
                                   f"resume={run_dir}")
-        trained.members.append(load(member, device))
+        trained.members.append(load(member, device, fitted))
     if (run_dir / DENSITIES).is_file():
         trained.densities = _densities(read(run_dir / DENSITIES, device)["densities"])
-    trained.fitted = _fitted(run_dir / FITTED, trained, device)
+    trained.fitted = fitted_states(run_dir / FITTED, trained, device) if fitted else {}
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
         if trained.calibration_problem:  # fitted to other weights: not for these
@@ -177,28 +181,6 @@ def _shipped(name: str, device) -> Trained:
     return trained
 
 
-def _fitted(path: Path, trained: Trained, device) -> dict[str, dict]:
-    """The states of the posteriors fitted after training (RUN_DIR/fitted.pt), of kinds registered
-    here, {} where the run fitted none; fitted for another run's weights, refused."""
-    if not path.is_file():
-        return {}
-    stored = read(path, device)
-    if stored.get("run") != trained.run:
-        raise CheckpointError(f"{path} was fitted around another run's twin (their run ids differ): delete it, or fit "
-                              f"again: python -m bnn_zoo.train resume={path.parent} train.posteriors=[...]")
-    _check_registered(stored["posteriors"], path)
-    return stored["posteriors"]
-
-
-def _check_registered(names, path: Path) -> None:
-    """Refuse a run holding a kind of posterior this process has not registered (another process
-    registered it: its module must be imported here too)."""
-    unknown = sorted(name for name in names if isinstance(name, str) and name not in KINDS)
-    if unknown:
-        raise CheckpointError(f"{path} holds the posterior {unknown[0]}, which no kind registered here reads: import the "
-                              f"module that registers it (registered: {', '.join(KINDS)})")
-
-
 def _densities(states: dict) -> dict[str, FeatureDensity]:
     return {part: FeatureDensity.from_state(state) for part, state in states.items()}
 
@@ -209,7 +191,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     config = stored_config(state, path)
     fitted = config.get("train", {}).get("posteriors") if isinstance(config.get("train"), dict) else None
-    _check_registered(fitted if isinstance(fitted, list) else [], path)
+    check_registered(fitted if isinstance(fitted, list) else [], path)
     try:
         cfg = make_config(config)
     except ConfigError as err:
@@ -232,7 +214,8 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         _load_state(twin, full(twin_state["net"]), twin_path)
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
-                   calibration, _temperature(calibration), run=state.get("run"))
+                   calibration, _temperature(calibration), run=state.get("run"),
+                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None)
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:

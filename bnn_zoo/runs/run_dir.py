@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.errors import ConfigError, StorageError
-from .checkpoint import CALIBRATION, CHECKPOINT, DENSITIES, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
+from .checkpoint import CALIBRATION, CHECKPOINT, DENSITIES, FITTED, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
 from .files import check_writable, make_folder, open_lock, write_atomic
 from .loading import load, member_dirs
 from .trained import Trained
@@ -28,7 +28,7 @@ LOCK = ".lock"
 MARK = ".bnn_zoo_run"  # written when a run starts: the run files beside it are that run's
 # Everything a run writes into its directory (bnn_zoo.cli.train, bnn_zoo.cli.certify, bnn_zoo.evaluation.evaluate);
 # an ensemble's other members are runs of their own in MEMBERS/1, MEMBERS/2, ...
-RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, CALIBRATION, DENSITIES, "metrics.json",
+RUN_FILES = ("config.yaml", CHECKPOINT, TWIN_CHECKPOINT, HMC_SAMPLES, FITTED, CALIBRATION, DENSITIES, "metrics.json",
              "eval.json", "training.png", "predictive.png")
 
 
@@ -44,6 +44,7 @@ class Run:
     checkpoint = property(lambda self: self.dir / CHECKPOINT, doc="the Bayesian network's checkpoint")
     twin_checkpoint = property(lambda self: self.dir / TWIN_CHECKPOINT, doc="the deterministic twin's")
     hmc_samples = property(lambda self: self.dir / HMC_SAMPLES, doc="NUTS's weight samples (infer=nuts)")
+    fitted = property(lambda self: self.dir / FITTED, doc="the posteriors fitted after training (bnn_zoo.runs.fits)")
     calibration = property(lambda self: self.dir / CALIBRATION, doc="the certified abstention rules")
     config_file = property(lambda self: self.dir / "config.yaml", doc="the resolved config, for people")
     metrics = property(lambda self: self.dir / "metrics.json", doc="training's figures")
@@ -73,9 +74,10 @@ class Run:
     def write_metrics(self, text: str) -> None:
         write_atomic(self.metrics, text)
 
-    def load(self, device="cpu") -> Trained:
-        """The trained run: ``bnn_zoo.load(run_dir)``."""
-        return load(self.dir, device)
+    def load(self, device="cpu", fitted: bool = True) -> Trained:
+        """The trained run: ``bnn_zoo.load(run_dir)`` (``fitted=False``: without its posteriors
+        fitted after training)."""
+        return load(self.dir, device, fitted)
 
 
 def owned(run_dir: Path) -> bool:

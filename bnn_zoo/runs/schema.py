@@ -103,8 +103,13 @@ class TrainConfig:
     # eager below: bnn_zoo.core.captured_step.choose). The same draws either way.
     capture: str = "auto"
     # Posteriors fitted after training around each member's twin (bnn_zoo.posterior: laplace_last_layer,
-    # laplace_kfac, swag, sgmcmc, or a kind registered by name), their states in RUN_DIR/fitted.pt.
+    # laplace_kfac, swag, sgmcmc, or a kind registered by name), their states in RUN_DIR/fitted.pt,
+    # each bound to the twin it was fitted around (bnn_zoo.runs.fits). A resume adds these to the
+    # ones the run holds, and fits again those its twin's new epochs made stale.
     posteriors: List[str] = field(default_factory=list)
+    # With resume=RUN only: fitted posteriors the run holds to delete, with their certificates (the
+    # run is certified again without them); nothing else deletes one.
+    drop_posteriors: List[str] = field(default_factory=list)
     # Stop early once the validation accuracy reaches this (checked every eval_every epochs).
     stop_at_accuracy: Optional[float] = None
 

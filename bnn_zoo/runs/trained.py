@@ -44,6 +44,7 @@ class Trained:
     # The states of the posteriors fitted after training, by kind: one a member (bnn_zoo.posterior.base)
     fitted: dict = field(default_factory=dict)
     run: Optional[str] = None  # the run id its checkpoints share
+    twin_epoch: Optional[int] = None  # the epochs its twin trained (None: no twin, or a shipped one)
     # Why the calibration cannot be used (it certified other weights), with the command that
     # re-certifies; None where it can, or where there is none.
     calibration_problem: Optional[str] = None

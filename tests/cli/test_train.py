@@ -131,6 +131,8 @@ def test_resume_refuses_overrides_that_redefine_the_run_and_rewrites_nothing(tmp
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 4, "train.eval_every": 2}))
     files = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "checkpoint.pt", "metrics.json")}
     for override, named in (("model.hidden=[100]", r"model.hidden \(\[50, 50\] -> \[100\]\)"),
+                            ("arch=lenet", r"cannot change what defines the run: arch \(toy_mlp -> lenet\)"),
+                            ("arch=mnist_mlp", r"cannot change what defines the run: arch \(toy_mlp -> mnist_mlp\)"),
                             ("model.prior=scale_mixture", r"model.prior \(gaussian -> scale_mixture\)"),
                             ("train.epochs=3", "train.epochs >= 4")):
         with pytest.raises(ConfigError, match=named):
@@ -311,3 +313,38 @@ def test_the_table_classification_recipe_learns_a_plain_boundary(tmp_path):
                                                             "abstention.certify=false"]))
     assert metrics["bayes"]["test/accuracy"] >= 0.88 and metrics["twin"]["test/accuracy"] >= 0.88
     assert metrics["bayes"]["test/nll"] < 0.3  # the majority's is log 2 = 0.69
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("laplace_last_layer", "laplace_last_layer fits a classifier's categorical likelihood, and this run regresses "
+                           r"\(a Gaussian likelihood\); leave it out \(for this run: swag\)"),
+    ("sgmcmc", "sgmcmc keeps 3 samples .* and 6 training inputs give it 0 step.* needs at least 897 training inputs"),
+])
+def test_a_posterior_the_run_cannot_fit_is_refused_before_the_first_epoch(kind, why, tmp_path):
+    """Issue 40, 4: laplace_last_layer on toy_mlp failed with a traceback after the whole run."""
+    with pytest.raises(ConfigError, match=f"bad config key 'train.posteriors': {why}"):
+        train(tiny_config("toy_mlp", run_dir=str(tmp_path / "run"), **{"train.posteriors": f"[{kind}]"}))
+    assert not (tmp_path / "run").exists()  # refused before anything trained or was written
+
+
+def test_a_posterior_named_twice_is_refused():
+    with pytest.raises(ConfigError, match="'train.posteriors': 'swag' is named 2 times; name each kind once"):
+        config_for_run("toy_mlp", ["train.posteriors=[swag,laplace_kfac,swag]"])
+
+
+@pytest.mark.slow  # about ten seconds: 300 epochs of the toy network
+def test_swag_on_the_toy_regression_trains_and_predicts_about_the_points(tmp_path):
+    """Issue 40, 4: SWAG on toy_mlp (noise sd 0.1) ended the run with "Expected parameter loc ...";
+    its learning rate is now kept where the steep loss bears it, and it predicts near the points."""
+    from bnn_zoo.runs.trained import posteriors
+
+    metrics = train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{
+        "train.epochs": 300, "train.lr": 0.03, "model.noise_scale": 0.1, "train.posteriors": "[swag]"}))
+    swag = posteriors(load(tmp_path))["swag"]
+    assert swag.lr < 0.01 and metrics["ensemble"]["swag"]["label"] == swag.label == \
+        f"SWAG (10 moments, learning rate {swag.lr:.3g})"
+    points = toy_data("polynomial")
+    pyro.set_rng_seed(0)
+    drawn = swag.predict(points.x, 200)
+    assert torch.equal(drawn[..., 1], torch.full_like(drawn[..., 1], 0.1))  # the noise sd
+    assert (drawn[..., 0].mean(0) - points.y).abs().max() < 0.05  # the twin fits the six points; SWAG stays there

@@ -101,3 +101,118 @@ def test_a_laplace_posterior_is_for_classifiers(kind):
     twin = Twin(nn.Sequential(nn.Linear(1, 3), nn.Tanh(), nn.Linear(3, 1)), Gaussian())
     with pytest.raises(ValueError, match="for classifiers"):
         kind.fit(twin, torch.randn(10, 1), torch.randn(10), torch.randn(5, 1), torch.randn(5))
+
+
+def summed_nll_hessian(twin, x, y, layer) -> torch.Tensor:
+    """The Hessian of the summed categorical NLL in ``layer``'s weights (and bias), flattened class
+    by class as last-layer Laplace lays them out, by torch.autograd.functional."""
+    with torch.no_grad():
+        phi = twin.net[:-1](x)
+    has_bias = layer.bias is not None
+
+    def nll(flat):
+        w = flat.reshape(layer.out_features, -1)
+        logits = phi @ w[:, :layer.in_features].T + (w[:, -1] if has_bias else 0)
+        return torch.nn.functional.cross_entropy(logits, y, reduction="sum")
+
+    start = torch.cat([layer.weight, layer.bias[:, None]], 1) if has_bias else layer.weight
+    return torch.autograd.functional.hessian(nll, start.detach().double().flatten())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_last_layer_laplace_s_curvature_is_the_nll_s_hessian_and_its_factor_the_posterior_precision(bias):
+    """The fast path (each pair of classes' block one matrix product, the precision factored once
+    per prior precision) against torch.autograd's Hessian; a last layer without a bias fits too."""
+    from bnn_zoo.posterior.laplace import last_layer_curvature
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3, bias=bias)).double()
+    x = torch.randn(200, 4, dtype=torch.float64)
+    twin = Twin(net, Categorical(num_classes=3)).eval()
+    y = net(x).argmax(1)
+    layer = net[2]
+    hessian = summed_nll_hessian(twin, x, y, layer)
+    with torch.no_grad():
+        phi = torch.tanh(net[0](x))
+        phi = torch.cat([phi, torch.ones(200, 1, dtype=phi.dtype)], 1) if bias else phi
+        weights = torch.cat([layer.weight, layer.bias[:, None]], 1) if bias else layer.weight
+        assert torch.allclose(last_layer_curvature(phi, weights, batch_size=64), hessian, atol=1e-10)
+    twin = Twin(net.float(), Categorical(num_classes=3)).eval()
+    laplace = LastLayerLaplace.fit(twin, x.float(), y, x[:50].float(), y[:50])
+    factor = laplace.factor.double()
+    expected = hessian + laplace.prior_precision * torch.eye(len(hessian), dtype=torch.float64)
+    assert torch.allclose(factor @ factor.T, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+    drawn = laplace.draw(7)
+    assert set(drawn) == ({"2.weight", "2.bias"} if bias else {"2.weight"}) and drawn["2.weight"].shape == (7, 3, 5)
+    assert laplace.predict(x[:4].float(), 7).shape == (7, 4, 3)
+
+
+@pytest.fixture(scope="module")
+def sine():
+    """A regression twin (fixed noise sd 0.1) fitted by Adam to sin(x) at 200 points in [-2, 2]."""
+    from bnn_zoo.core.likelihoods import Gaussian
+
+    torch.manual_seed(0)
+    twin = Twin(nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1)), Gaussian(noise="fixed", scale=0.1))
+    x = torch.linspace(-2, 2, 200)[:, None]
+    y = torch.sin(x[:, 0])
+    optimizer = torch.optim.Adam(twin.parameters(), lr=0.01)
+    for _ in range(500):
+        optimizer.zero_grad()
+        twin.loss(x, y).backward()
+        optimizer.step()
+    return twin.eval(), x, y
+
+
+def test_sharpness_is_the_largest_eigenvalue_of_the_loss_hessian(sine):
+    from torch.func import functional_call
+
+    from bnn_zoo.posterior.sharpness import sharpness
+
+    twin, x, y = sine
+    assert [name for name, _ in twin.named_parameters()] == [f"net.{name}" for name, _ in twin.net.named_parameters()]
+    names = [name for name, _ in twin.net.named_parameters()]
+    shapes = [p.shape for _, p in twin.net.named_parameters()]
+    flat = torch.cat([p.detach().flatten() for p in twin.parameters()])
+
+    def loss(vector):
+        parts = vector.split([s.numel() for s in shapes])
+        pieces = {name: part.reshape(shape) for name, part, shape in zip(names, parts, shapes)}
+        return twin.likelihood.twin_loss(functional_call(twin.net, pieces, (x,)), y)
+
+    eigenvalues = torch.linalg.eigvalsh(torch.autograd.functional.hessian(loss, flat).double())
+    assert sharpness(twin, x, y) == pytest.approx(eigenvalues.abs().max().item(), rel=1e-3)
+
+
+def test_swag_fits_a_regression_at_a_rate_its_steep_loss_bears(sine):
+    """Issue 40, 4: SWAG on a regression (noise sd 0.1) sent its SGD to NaN ("Expected parameter loc
+    ..."); its rate is now kept at 1 / the loss's sharpness, and it predicts around the twin."""
+    from bnn_zoo.posterior.sharpness import sharpness
+
+    twin, x, y = sine
+    sharp = sharpness(twin, x, y)
+    assert sharp > 100  # the classifier's rate, 0.01, would diverge here
+    swag = SWAG.fit(twin, x, y)
+    assert swag.lr == pytest.approx(1 / sharp) and swag.label == f"SWAG (20 moments, learning rate {1 / sharp:.3g})"
+    torch.manual_seed(4)
+    drawn = swag.predict(x, 200)  # [200, N, 2]: each draw's mean and noise sd
+    with torch.no_grad():
+        twin_mean = twin(x)[:, 0]
+    assert torch.equal(drawn[..., 1], torch.full_like(drawn[..., 1], 0.1))  # the fixed noise sd, untouched
+    assert (drawn[..., 0].mean(0) - twin_mean).abs().max() < 0.05  # about the twin's fit of sin(x)
+    assert (drawn[..., 0].mean(0) - y).abs().max() < 0.15 and drawn[..., 0].std(0).max() < 0.1
+
+
+@pytest.mark.parametrize("kind, num_data, message", [
+    (LastLayerLaplace, 300, "fits a classifier's categorical likelihood, and this run regresses"),
+    (KFACLaplace, 300, "fits a classifier's categorical likelihood, and this run regresses"),
+    (SWAG, 6, None),
+    (CyclicalSGMCMC, 896, "and 896 training inputs give it 2 step(s) there: it needs at least 897 training inputs"),
+    (CyclicalSGMCMC, 897, None),
+])
+def test_each_fitted_kind_says_what_it_cannot_fit(kind, num_data, message, sine):
+    said = kind.cannot_fit(sine[0], num_data)
+    assert said is None if message is None else message in said
+    convolutional = Twin(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.Flatten()), Categorical(num_classes=8))
+    assert "has none" in LastLayerLaplace.cannot_fit(convolutional, 1000)
+    assert "has none" in KFACLaplace.cannot_fit(convolutional, 1000)

@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from dataclasses import is_dataclass
@@ -373,3 +374,16 @@ def test_every_numeric_key_refuses_non_finite_and_negative_values(key, value):
 @pytest.mark.parametrize("value", ["1e23", "10000000000000000000000"])
 def test_every_whole_number_key_refuses_huge_values(key, value):
     assert message([f"{key}={value}"]).startswith(f"bad config key {key!r}: must be a whole number")
+
+
+def test_a_renamed_key_given_under_both_its_names_is_refused(tmp_path):
+    """Issue 40: abstention.calibrate (the old name) and abstention.certify together: which wins?"""
+    refused = ("bad config key 'abstention.calibrate': it is the old name of abstention.certify, which is given too; "
+               "give abstention.certify alone")
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        load_config("mnist_mlp", ["abstention.certify=false", "abstention.calibrate=true"])
+    both = tmp_path / "both.yaml"
+    both.write_text("arch: mnist_mlp\nabstention:\n  calibrate: true\n  certify: false\n")
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        load_config(str(both))
+    assert load_config("mnist_mlp", ["abstention.calibrate=false"]).abstention.certify is False  # alone, it is certify
