@@ -12,6 +12,7 @@ Usage::
     probs = bnn_zoo.posteriors(trained)["bayes"].predict(x, num_samples=100)   # guide or ensemble alike
     probs = bnn_zoo.predict(model, guide, x, num_samples=100)   # one guide (or weight samples)
     trained.alarm("bayes").observe(probs).describe()            # do these inputs still look certified-like?
+    trained.stream("bayes").decide(probs).decision.refused      # after the alarm, the after-alarm rule too
 """
 from importlib.metadata import PackageNotFoundError, version
 

@@ -10,7 +10,9 @@ the share refused or answered with a set holding both. Then the ladder: one row 
 its AUROC per set and its cost (training minutes, seconds and peak MB to predict the test set,
 numbers stored), the feature density's AUROC per set, and ladder.png. Then shift: per posterior,
 under MNIST-C's corruptions of the test set, the mean refused, the inputs answered wrong (mean and
-worst), and where the shift alarm sounds; and per corruption each posterior's figures.
+worst), and where the shift alarm sounds; per corruption each posterior's figures; and per
+corruption, each set answered as one stream, the wrong answers before and after the alarm and the
+refusals with the after-alarm rule acting and not (--no-act-on-alarm: the certified rule alone).
 
 Usage: python scripts/scoreboard.py mnist_mlp lenet lenet_fashion [--out scoreboard] [--samples 100]
            [--ood-size 10000] [--near-size 2000] [--shift-size 500]   # shipped posteriors, or run directories
@@ -106,12 +108,17 @@ class ScoredRun:
 
 def shift_summary(result: PosteriorResult) -> dict:
     """A posterior's figures over the corruptions: mean refused, mean and worst share answered wrong
-    (and where), on how many at most 1% is answered wrong, and on how many the alarm sounded within
-    ``ALARM_WITHIN`` inputs (None: no alarm reference)."""
+    (and where), on how many at most 1% is answered wrong, on how many the alarm sounded within
+    ``ALARM_WITHIN`` inputs (None: no alarm reference), and the mean refused and answered wrong by
+    the certified rule alone, the after-alarm rule not acting (None: no alarm reference)."""
     shift = result.shift
     worst = max(shift, key=lambda c: shift[c].wrong)
     alarms = [r.alarm for r in shift.values()]
+    split = [r.by_alarm for r in shift.values()]
+    alone = None if None in split else {"refused_alone": _mean([b.refused_alone for b in split]),
+                                        "wrong_alone": _mean([b.wrong_alone for b in split])}
     return {"corruptions": len(shift), "refused": _mean([r.refused for r in shift.values()]),
+            **(alone or {"refused_alone": None, "wrong_alone": None}),
             "wrong": _mean([r.wrong for r in shift.values()]), "worst": worst, "worst_wrong": shift[worst].wrong,
             "at_most_1pct_wrong": sum(r.wrong <= 0.01 for r in shift.values()),
             "alarm_within": None if None in alarms else sum(
@@ -193,13 +200,16 @@ def shift_table(runs: dict[str, ScoredRun]) -> str:
     rows = {label: (run, r) for label, (run, _, r) in ladder_rows(runs).items() if r.shift}
     if not rows:
         return ""
-    lines = ["| posterior | corruptions | refused (mean) | answered wrong (mean) | worst wrong | at most 1% wrong on | "
+    lines = ["| posterior | corruptions | refused (mean; the certified rule alone) | answered wrong (mean; the "
+             "certified rule alone) | worst wrong | at most 1% wrong on | "
              f"alarm within {ALARM_WITHIN} on | alarm on clean test |", "|" + " --- |" * 8]
     for label, (run, r) in rows.items():
         s = shift_summary(r)
         clean = "n/a" if r.test.alarm is None else "none" if s["clean_alarm_at"] is None else f"at {s['clean_alarm_at']}"
         within = "n/a" if s["alarm_within"] is None else f"{s['alarm_within']} of {s['corruptions']}"
-        lines.append(f"| {label} | {s['corruptions']} | {_cell(s['refused'], True)} | {_cell(s['wrong'], True)} | "
+        lines.append(f"| {label} | {s['corruptions']} | {_cell(s['refused'], True)} "
+                     f"({_cell(s['refused_alone'], True)}) | {_cell(s['wrong'], True)} "
+                     f"({_cell(s['wrong_alone'], True)}) | "
                      f"{_cell(s['worst_wrong'], True)} ({s['worst']}) | {s['at_most_1pct_wrong']} of {s['corruptions']} | "
                      f"{within} | {clean} |")
     for name, run in runs.items():
@@ -218,7 +228,30 @@ def shift_table(runs: dict[str, ScoredRun]) -> str:
                 at = "n/a" if c.alarm is None else "none" if c.alarm.alarm_at is None else str(c.alarm.alarm_at)
                 cells.append(f"{_cell(c.refused, True)} / {_cell(c.wrong, True)} / {at}")
             lines.append(f"| {corruption} | " + " | ".join(cells) + " |")
+        lines += before_after_table(name, results)
     return "\n".join(lines)
+
+
+def before_after_table(name: str, results: dict[str, PosteriorResult]) -> list[str]:
+    """Per corruption, each set answered as one stream: the inputs answered wrong before the alarm
+    and from it on (counts, and per input), then refused with the after-alarm rule acting (and by the
+    certified rule alone); none where the run holds no alarm reference."""
+    results = {part: r for part, r in results.items() if all(c.by_alarm for c in r.shift.values())}
+    if not results:
+        return []
+    lines = ["", f"**{name}** before and after the alarm: wrong before it / wrong from it on (per input) / refused "
+                 "(by the certified rule alone)", "",
+             "| corruption | " + " | ".join(r.posterior for r in results.values()) + " |",
+             "|" + " --- |" * (len(results) + 1)]
+    for corruption in next(iter(results.values())).shift:
+        cells = []
+        for r in results.values():
+            b, refused = r.shift[corruption].by_alarm, r.shift[corruption].refused
+            cells.append(f"{b.wrong_before} of {b.before} ({_cell(b.wrong_before_rate, True)}) / {b.wrong_after} of "
+                         f"{b.after} ({_cell(b.wrong_after_rate, True)}) / {_cell(refused, True)} "
+                         f"({_cell(b.refused_alone, True)})")
+        lines.append(f"| {corruption} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def ladder_rows(runs: dict[str, ScoredRun]) -> dict[str, tuple[ScoredRun, str, PosteriorResult]]:
@@ -296,6 +329,7 @@ def main(argv=None) -> int:
                         help="test images per corruption, and the inputs each set's shift alarm watches (default 500)")
     parser.add_argument("--ood", nargs="*", default=[], type=ood_name, metavar="NAME=FOLDER",
                         help="more far OOD sets, folders of images (a run on your own data has these alone)")
+    cli.add_alarm_option(parser)
     args = parser.parse_args(argv)
 
     def command() -> int:
@@ -307,7 +341,7 @@ def main(argv=None) -> int:
         seconds = {run: training_seconds(run) for run in args.runs}
         runs = {run: score(run, args.samples, args.ood_size, args.near_size, seconds[run], tuple(args.ood), seed=args.seed,
                            test_size=args.test_size, data_root=args.data_root, device=args.device,
-                           shift_size=args.shift_size)
+                           shift_size=args.shift_size, act_on_alarm=args.act_on_alarm)
                 for run in args.runs}
         write_atomic(out / "scoreboard.json", json.dumps({**provenance(), "runs": {name: run.to_dict() for name, run in runs.items()}},
                                                         indent=2))

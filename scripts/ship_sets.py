@@ -1,29 +1,37 @@
-"""Give shipped posteriors their conformal prediction sets, their temperature-scaled twin and
-their shift alarm's reference, keeping everything else of their files (weights, the rules they
-shipped with): each posterior's sets, certified on the shipped config's validation split at its
-abstention.alpha with its abstention.set_score, the certifying inputs' scores the alarm compares
-with (``bnn_zoo.abstain.shift``), and the scaled twin's temperature, rule and sets, all from the
-draws certification makes (``certify_trained``: seed 0, abstention.samples). Prints each set's
-threshold and what it does on validation. ``--alarm-only`` adds the alarm's references and keeps
-the rest as it shipped. Every file it writes holds no folder of the machine that built it
-(``bnn_zoo.runs.portable``); ``--portable`` rewrites the files shipped before so, and nothing else
-(no data needed: weights, calibration and the weights' digests stay as they were).
+"""Give shipped posteriors their conformal prediction sets, their temperature-scaled twin, their
+shift alarm's reference and their after-alarm rules, keeping everything else of their files
+(weights, the rules they shipped with): each posterior's sets, certified on the shipped config's
+validation split at its abstention.alpha with its abstention.set_score, the certifying inputs'
+scores the alarm compares with (``bnn_zoo.abstain.shift``), and the scaled twin's temperature,
+rule and sets, all from the draws certification makes (``certify_trained``: seed 0,
+abstention.samples). Prints each set's threshold and what it does on validation. ``--alarm-only``
+adds the alarm's references and keeps the rest as it shipped; ``--after-alarm-only`` adds the
+after-alarm rule (``bnn_zoo.abstain.after_alarm``) beside each rule the file holds, certified nested
+in that rule on the same split and draws, at its risk and delta (a density gate's from the cuts and
+scores certification gives it), and keeps the rest as it shipped. Every file it writes holds no
+folder of the machine that built it (``bnn_zoo.runs.portable``); ``--portable`` rewrites the files
+shipped before so, and nothing else (no data needed: weights, calibration and the weights' digests
+stay as they were).
 
-Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR] [--alarm-only]
+Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR] [--alarm-only | --after-alarm-only]
        python scripts/ship_sets.py --portable      # every shipped posterior (or those named)
 """
 import sys
 
 import pyro
 
+from bnn_zoo.abstain.certify import density_cuts
+from bnn_zoo.abstain.density import DENSITY_INPUTS
+from bnn_zoo.abstain.rule import DENSITY, Rule
 from bnn_zoo.cli import options as cli
-from bnn_zoo.cli.certify import certify_trained, validation_set
+from bnn_zoo.cli.certify import after_alarm_entry, after_alarm_line, certify_trained, validation_set
 from bnn_zoo.core.predictive import seeded
-from bnn_zoo.posterior import TWIN_SCALED
+from bnn_zoo.data.sets import run_split
+from bnn_zoo.posterior import TWIN_SCALED, certifying
 from bnn_zoo.runs.checkpoint import read, save_atomic
 from bnn_zoo.runs.loading import SHIPPED, load, shipped_names
 from bnn_zoo.runs.portable import make_portable, portable
-from bnn_zoo.runs.trained import sampled_probs
+from bnn_zoo.runs.trained import posteriors, sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)
@@ -61,14 +69,50 @@ def portable_files(name: str) -> dict[str, bool]:
     return {path.name: make_portable(path) for path in paths if path.is_file()}
 
 
+@pyro.settings.context(module_local_params=True)
+def ship_after_alarm(name: str, data_root: str | None = None, seed: int = 0) -> dict[str, dict]:
+    """Certify the after-alarm rule beside each rule ``name``'s file holds, as certification does
+    (``after_alarm_entry`` on the validation split's draws at seed 0, the inputs that certify the
+    part, the entry's risk and delta, the config's after-alarm settings), and write them into its
+    file, all else kept; returns the entries by posterior."""
+    trained = load(name)
+    a = trained.config.abstention
+    x, labels = validation_set(trained, data_root)
+    with seeded(seed, trained.device):
+        sampled = sampled_probs(trained, x, a.samples)
+    rungs, found = posteriors(trained), {}
+    for part, probs in sampled.items():
+        entry = trained.calibration.get(part, {})
+        if "rule" not in entry:
+            continue
+        rule, held = Rule.from_dict(entry["rule"]), certifying(part, len(labels))
+        gate = {}
+        if rule.signal == DENSITY:  # its cuts from the first training images' scores, as certify_density_gate's
+            density, rung = trained.densities[part], rungs[part]
+            x_train, _ = run_split(trained.config.data, "train", data_root, DENSITY_INPUTS)
+            gate = {"cuts": density_cuts(density.score(rung.features(x_train.to(trained.device)))),
+                    "density": density.score(rung.features(x[held]))}
+        signal = a.signal if probs.shape[0] > 1 else "entropy"  # the gate certification tried
+        found[part] = after_alarm_entry(probs[:, held], labels[held], rule, entry["risk"], entry["delta"],
+                                        a.after_alarm_refusal, a.after_alarm_quantile, signal, **gate)
+    path = SHIPPED / f"{name}.pt"
+    state = read(path)
+    for part, entry in found.items():
+        state["calibration"][part]["after_alarm"] = entry
+    save_atomic({**state, "config": portable(state["config"])}, path)
+    return found
+
+
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"shipped posteriors: {', '.join(shipped_names())} (default: every one)")
     parser.add_argument("--data-root", default=None, help="the data folder (default $BNN_ZOO_DATA, then ./data)")
-    parser.add_argument("--alarm-only", action="store_true", help="add the shift alarm's references alone")
-    parser.add_argument("--portable", action="store_true",
-                        help="rewrite the files without the folders of the machine that built them, nothing else")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--alarm-only", action="store_true", help="add the shift alarm's references alone")
+    only.add_argument("--after-alarm-only", action="store_true", help="add the after-alarm rules alone")
+    only.add_argument("--portable", action="store_true",
+                      help="rewrite the files without the folders of the machine that built them, nothing else")
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in shipped_names()]
     if unknown:
@@ -83,6 +127,10 @@ def main(argv=None) -> int:
                     print(f"{file}: {said} of the machine that built it")
             return 0
         for name in names:
+            if args.after_alarm_only:
+                for part, entry in ship_after_alarm(name, args.data_root).items():
+                    print(f"{name} {part}{after_alarm_line(entry)}")
+                continue
             for part, (sets, coverage, size) in ship_sets(name, args.data_root, alarm_only=args.alarm_only).items():
                 print(f"{name} {part}: {sets.score} score <= {sets.threshold:.4g} at {1 - sets.alpha:.0%} "
                       f"({sets.n} validation inputs: coverage {coverage:.2%}, mean size {size:.3f})")

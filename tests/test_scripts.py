@@ -202,6 +202,49 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
 
 
 @pytest.mark.slow
+def test_ship_sets_adds_the_after_alarm_rules_beside_the_shipped_rules(shared_data, tmp_path, monkeypatch, capsys):
+    """On a copy of the shipped mnist_mlp without them: --after-alarm-only writes beside each rule the
+    after-alarm rule certification would (the same draws and inputs), and keeps the rest of the file;
+    what it writes is what the package ships."""
+    import shutil
+
+    import bnn_zoo.runs.loading
+    from bnn_zoo.abstain.rule import Rule
+    from bnn_zoo.cli.certify import after_alarm_entry, validation_set
+    from bnn_zoo.core.predictive import seeded
+    from bnn_zoo.posterior import certifying
+    from bnn_zoo.runs.checkpoint import read, save_atomic
+    from bnn_zoo.runs.trained import sampled_probs
+
+    shipped = tmp_path / "posteriors"
+    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
+    script = load_script("ship_sets")
+    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
+    monkeypatch.setattr(script, "SHIPPED", shipped)
+    before = read(shipped / "mnist_mlp.pt")
+    packaged = {part: entry.pop("after_alarm") for part, entry in before["calibration"].items()
+                if "after_alarm" in entry}
+    save_atomic(before, shipped / "mnist_mlp.pt")  # a posterior shipped before the after-alarm rule
+    assert load("mnist_mlp").after_alarm("bayes")[1].startswith("its calibration predates the after-alarm rule")
+    assert script.main(["mnist_mlp", "--data-root", str(shared_data), "--after-alarm-only"]) == 0
+    after = read(shipped / "mnist_mlp.pt")
+    trained = load("mnist_mlp")
+    x, labels = validation_set(trained, str(shared_data))
+    with pyro.settings.context(module_local_params=True), seeded(0):
+        sampled = sampled_probs(trained, x, trained.config.abstention.samples)
+    printed = capsys.readouterr().out
+    for part in ("bayes", "twin", "twin_scaled"):
+        entry, held = before["calibration"][part], certifying(part, len(labels))
+        signal = "mutual_information" if part == "bayes" else "entropy"
+        expected = after_alarm_entry(sampled[part][:, held], labels[held], Rule.from_dict(entry["rule"]), entry["risk"],
+                                     entry["delta"], 0.2, 0.1, signal)
+        assert after["calibration"][part]["after_alarm"] == expected == packaged[part]
+        assert {k: v for k, v in after["calibration"][part].items() if k != "after_alarm"} == entry
+        assert f"mnist_mlp {part}; after the shift alarm: 0.1 quantile >= " in printed
+    assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
+
+
+@pytest.mark.slow
 def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
     script = load_script("peers")
     out = tmp_path / "peers.json"
@@ -344,13 +387,28 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run.name}: mean-field VI | 15 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     within = sum(c["alarm"]["alarm_at"] is not None and c["alarm"]["alarm_at"] <= 50 for c in shift.values())
-    assert cells[2:7] == [f"{100 * summary['refused']:.2f}%", f"{100 * summary['wrong']:.2f}%",
+    alone = {k: sum(c["by_alarm"][k] for c in shift.values()) / 15 for k in ("refused_alone", "wrong_alone")}
+    assert (summary["refused_alone"], summary["wrong_alone"]) == pytest.approx((alone["refused_alone"],
+                                                                                 alone["wrong_alone"]))
+    assert cells[2:7] == [f"{100 * summary['refused']:.2f}% ({100 * alone['refused_alone']:.2f}%)",
+                          f"{100 * summary['wrong']:.2f}% ({100 * alone['wrong_alone']:.2f}%)",
                           f"{100 * shift[worst]['wrong']:.2f}% ({worst})",
                           f"{sum(c['wrong'] <= 0.01 for c in shift.values())} of 15", f"{within} of 15"]
     fog = shift["fog"]
     at = "none" if fog["alarm"]["alarm_at"] is None else str(fog["alarm"]["alarm_at"])
     row = next(line for line in printed.splitlines() if line.startswith("| fog |"))
     assert row.split("|")[2].strip() == f"{100 * fog['refused']:.2f}% / {100 * fog['wrong']:.2f}% / {at}"
+    # before and after the alarm: each set one stream; its wrong answers on each side, and what acting cost
+    b = fog["by_alarm"]
+    assert b["before"] + b["after"] == 30 and b["before"] == (30 if fog["alarm"]["alarm_at"] is None else
+                                                              fog["alarm"]["alarm_at"] - 1)
+    assert fog["wrong"] == pytest.approx((b["wrong_before"] + b["wrong_after"]) / 30) and b["acting"] is True
+    rows = [line for line in printed.splitlines() if line.startswith("| fog |")]
+    rate = lambda k, n: "n/a" if not n else f"{100 * k / n:.2f}%"  # noqa: E731
+    assert rows[1].split("|")[2].strip() == (
+        f"{b['wrong_before']} of {b['before']} ({rate(b['wrong_before'], b['before'])}) / {b['wrong_after']} of "
+        f"{b['after']} ({rate(b['wrong_after'], b['after'])}) / {100 * fog['refused']:.2f}% "
+        f"({100 * b['refused_alone']:.2f}%)")
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):

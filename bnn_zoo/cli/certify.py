@@ -6,13 +6,15 @@ Bayesian network's signal: they are sampled too), and for each its conformal pre
 lone twin also gets a temperature (``bnn_zoo.abstain.temperature``, fitted on the same split): the
 temperature-scaled twin is one more posterior, certified like the others. Each entry also keeps the
 certifying inputs' uncertainty scores, the reference of the shift alarm (``bnn_zoo.abstain.shift``)
-that says when later inputs stop looking like them. Training does this at its end.
+that says when later inputs stop looking like them, and the after-alarm rule
+(``bnn_zoo.abstain.after_alarm``) that answers the inputs after it. Training does this at its end.
 
 Each setting not given comes from the run's config (its ``abstention`` section), so a plain
 ``python -m bnn_zoo.certify RUN_DIR`` redoes what training did.
 
 Usage: python -m bnn_zoo.certify RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
            [--signal mutual_information] [--samples 100] [--alpha 0.01] [--set-score thr]
+           [--after-alarm-refusal 0.2] [--after-alarm-quantile 0.1]
 """
 from __future__ import annotations
 
@@ -25,11 +27,14 @@ import pyro
 import torch
 from torch import nn
 
+from ..abstain.after_alarm import QUANTILE as AFTER_ALARM_QUANTILE
+from ..abstain.after_alarm import REFUSAL as AFTER_ALARM_REFUSAL
+from ..abstain.after_alarm import after_alarm_rule
 from ..abstain.certify import CUTS, NotCertified, certify, check_settings, density_cuts, inputs_needed, smallest_risk
 from ..abstain.conformal import SCORES as SET_SCORES
 from ..abstain.conformal import calibrate_sets
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
-from ..abstain.rule import DENSITY, SIGNALS
+from ..abstain.rule import DENSITY, SIGNALS, Rule
 from ..abstain.shift import reference as alarm_reference
 from ..abstain.temperature import fit_temperature
 from ..core.errors import ConfigError
@@ -58,14 +63,17 @@ def validation_set(trained: Trained, data_root: str | None = None) -> tuple[torc
 def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta: float, max_refusal: float,
                       signal: str = "mutual_information", quantile: float = 0.5, samples: int = 100,
                       alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
-                      data_root: str | None = None, twin_signal: str = "entropy") -> dict:
+                      data_root: str | None = None, twin_signal: str = "entropy",
+                      after_alarm_refusal: float = AFTER_ALARM_REFUSAL,
+                      after_alarm_quantile: float = AFTER_ALARM_QUANTILE) -> dict:
     """``certify_trained`` on the run's validation split, written to RUN_DIR/calibration.json with a
     record of the weights it certified (``load`` refuses it once they change); returns its content.
     ``twin_signal=DENSITY``: the twin's gate reads its feature density instead of its entropy
     (``certify_density_gate``; the density goes to RUN_DIR/density.pt)."""
     if not isinstance(trained.model.likelihood, Categorical):
         raise ConfigError("abstention rules are for classifiers")
-    check_settings(risk, delta, max_refusal, quantile, signal)
+    check_settings(risk, delta, max_refusal, quantile, signal, after_alarm_refusal, after_alarm_quantile)
+    after = (after_alarm_refusal, after_alarm_quantile)
     if not 0 < alpha < 1 or set_score not in SET_SCORES:
         raise ValueError(f"alpha must lie in (0, 1) and set_score be one of {', '.join(SET_SCORES)}; got "
                          f"{alpha} and {set_score!r}")
@@ -76,12 +84,12 @@ def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta:
     x, labels = validation_set(trained, data_root)
     certified = {CERTIFIED_WEIGHTS: certified_weights(trained),
                  **certify_trained(trained, x, labels, risk, delta, max_refusal, signal, quantile, samples, alpha,
-                                   set_score, seed)}
+                                   set_score, seed, *after)}
     (Path(run_dir) / DENSITIES).unlink(missing_ok=True)  # a density gate certified before goes with its rule
     if twin_signal == DENSITY and TWIN in certified:
         x_train, y_train = run_split(trained.config.data, "train", data_root, DENSITY_INPUTS)
         entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
-                                              max_refusal, quantile)
+                                              max_refusal, quantile, *after)
         kept = {k: certified[TWIN][k] for k in ("sets", "alarm")}  # its sets and alarm stay; the rule is the gated one
         certified[TWIN] = {**kept, **entry}
         if density is not None:
@@ -92,10 +100,13 @@ def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta:
 
 def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, risk: float, delta: float,
                     max_refusal: float, signal: str = "mutual_information", quantile: float = 0.5,
-                    samples: int = 100, alpha: float = 0.01, set_score: str = "thr", seed: int = 0) -> dict:
-    """Each posterior's certified rule and conformal sets at coverage 1 - ``alpha`` (``set_score``) on
-    validation inputs ``x``, by its name; the temperature-scaled twin's entry holds its temperature.
-    A posterior whose rule cannot be certified gets an ``error`` entry and keeps the quantile rule."""
+                    samples: int = 100, alpha: float = 0.01, set_score: str = "thr", seed: int = 0,
+                    after_alarm_refusal: float = AFTER_ALARM_REFUSAL,
+                    after_alarm_quantile: float = AFTER_ALARM_QUANTILE) -> dict:
+    """Each posterior's certified rule, its after-alarm rule (``after_alarm_entry``) and conformal sets
+    at coverage 1 - ``alpha`` (``set_score``) on validation inputs ``x``, by its name; the
+    temperature-scaled twin's entry holds its temperature. A posterior whose rule cannot be
+    certified gets an ``error`` entry and keeps the quantile rule."""
     certified, fit = {}, held_part(len(labels))
     try:
         if not 0 < fit.stop < len(labels):
@@ -115,7 +126,8 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
         gate = signal if len(probs) > 1 else "entropy"  # one softmax: no mutual information
         try:
             calibration = certify(probs, y, risk, delta, max_refusal, quantile, gate)
-            certified[part] = {**calibration.to_dict(), "samples": len(probs)}
+            certified[part] = {**calibration.to_dict(), "samples": len(probs), "after_alarm": after_alarm_entry(
+                probs, y, calibration.rule, risk, delta, after_alarm_refusal, after_alarm_quantile, gate)}
         except NotCertified as err:
             certified[part] = not_certified(err, risk, delta)
         certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets,
@@ -127,7 +139,8 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
 
 def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch.Tensor, x: torch.Tensor,
                          labels: torch.Tensor, risk: float, delta: float, max_refusal: float,
-                         quantile: float = 0.5) -> tuple[dict, FeatureDensity | None]:
+                         quantile: float = 0.5, after_alarm_refusal: float = AFTER_ALARM_REFUSAL,
+                         after_alarm_quantile: float = AFTER_ALARM_QUANTILE) -> tuple[dict, FeatureDensity | None]:
     """The twin's rule with a gate on its feature density (fitted on ``x_train``; its cuts from
     their scores, fixed before validation ``x`` is seen), certified as the other rules are: its
     calibration.json entry, and the density."""
@@ -141,9 +154,23 @@ def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch
     smallest = {"smallest_risk": smallest_risk(probs, labels, delta, quantile, DENSITY, cuts=cuts, density=scores)}
     try:
         calibration = certify(probs, labels, risk, delta, max_refusal, quantile, DENSITY, cuts=cuts, density=scores)
-        return {**calibration.to_dict(), "samples": len(probs), **smallest}, density
+        after = after_alarm_entry(probs, labels, calibration.rule, risk, delta, after_alarm_refusal,
+                                  after_alarm_quantile, DENSITY, cuts, scores)
+        return {**calibration.to_dict(), "samples": len(probs), **smallest, "after_alarm": after}, density
     except NotCertified as err:
         return {**not_certified(err, risk, delta, len(cuts)), **smallest}, density
+
+
+def after_alarm_entry(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, risk: float, delta: float,
+                      refusal: float = AFTER_ALARM_REFUSAL, quantile: float = AFTER_ALARM_QUANTILE,
+                      signal: str | None = None, cuts: tuple[float, ...] = CUTS,
+                      density: torch.Tensor | None = None) -> dict:
+    """calibration.json's ``after_alarm`` entry beside ``rule``: its after-alarm rule (``after_alarm_rule``,
+    on the same validation inputs and draws), or why none is certified."""
+    try:
+        return after_alarm_rule(probs, labels, rule, risk, delta, refusal, quantile, signal, cuts, density).to_dict()
+    except NotCertified as err:
+        return {"error": str(err)}
 
 
 def not_certified(err: NotCertified, risk: float, delta: float, tests: int = len(CUTS)) -> dict:
@@ -163,7 +190,8 @@ def twin_temperature(trained: Trained, x: torch.Tensor, labels: torch.Tensor) ->
     return fit_temperature(logits, labels)
 
 
-SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score")
+SETTINGS = ("risk", "delta", "max_refusal", "signal", "quantile", "samples", "alpha", "set_score",
+            "after_alarm_refusal", "after_alarm_quantile")
 
 
 @pyro.settings.context(module_local_params=True)
@@ -212,8 +240,22 @@ def summary(certified: dict, run_dir: str | Path = "RUN_DIR") -> str:
         smallest = f"; the smallest risk they certify: {c['smallest_risk']:g}" if c.get("smallest_risk") else ""
         lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
                      f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
-                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){smallest}{missed}{set_line}")
+                     f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){smallest}{missed}{set_line}"
+                     f"{after_alarm_line(c.get('after_alarm'))}")
     return "\n".join(lines)
+
+
+def after_alarm_line(entry: dict | None) -> str:
+    """The after-alarm rule of a calibration.json entry, as the summary's line ends."""
+    if entry is None:
+        return ""
+    if "error" in entry:
+        return f"; no after-alarm rule ({entry['error']})"
+    r, v = entry["rule"], entry["validation"]
+    unit = "nats" if r["signal"] == DENSITY else "bits"
+    gate = f", refuse when {r['signal']} > {r['cut']:.4g} {unit}" if r["signal"] else ""
+    return (f"; after the shift alarm: {r['quantile']:g} quantile >= {r['threshold']}{gate}, refused "
+            f"{v['refused']:.2%} of validation (certified <= {entry['risk']} with probability >= {1 - entry['delta']})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: the run's abstention.alpha)")
     parser.add_argument("--set-score", choices=SET_SCORES, default=None,
                         help="the sets' score (default: the run's abstention.set_score)")
+    parser.add_argument("--after-alarm-refusal", type=float, default=None,
+                        help="the after-alarm rule refuses at most this fraction of validation (default: the run's "
+                             "abstention.after_alarm_refusal)")
+    parser.add_argument("--after-alarm-quantile", type=float, default=None,
+                        help="the quantile of each class's sampled probability the after-alarm rule reads (default: "
+                             "the run's abstention.after_alarm_quantile)")
     parser.add_argument("--twin-signal", choices=("entropy", DENSITY), default="entropy",
                         help="the twin's gate: its entropy, or its feature density (fitted on the run's first "
                              f"{DENSITY_INPUTS:,} training images; density.pt)")
@@ -246,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         certified = certify_run(args.run_dir, args.device, risk=args.risk, delta=args.delta,
                               max_refusal=args.max_refusal, signal=args.signal, quantile=args.quantile,
                               samples=args.samples, alpha=args.alpha, set_score=args.set_score, seed=args.seed,
-                              data_root=args.data_root, twin_signal=args.twin_signal)
+                              data_root=args.data_root, twin_signal=args.twin_signal,
+                              after_alarm_refusal=args.after_alarm_refusal,
+                              after_alarm_quantile=args.after_alarm_quantile)
         print(summary(certified, args.run_dir))
         return 0
 

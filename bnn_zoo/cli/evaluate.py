@@ -2,7 +2,11 @@
 posterior), for each posterior it holds, as a table and eval.json (``bnn_zoo.evaluation.evaluate``).
 
 Usage: python -m bnn_zoo.evaluate RUN_DIR [--samples 100] [--ood notmnist noise] [--shift rotate fog]
-           [--rule quantile --threshold 0.3]
+           [--rule quantile --threshold 0.3] [--no-act-on-alarm]
+
+Each corrupted set is answered as one stream in a seeded order: from the input that sounds its shift
+alarm on, by the after-alarm rule (bnn_zoo.abstain.after_alarm); eval.json's shift/NAME/by_alarm
+counts the wrong answers before and after the alarm, and what the certified rule alone refuses.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"and FashionMNIST runs; --shift alone: none): {', '.join(CORRUPTIONS)}")
     parser.add_argument("--shift-size", type=cli.count, default=500,
                         help="test images per corruption, and the inputs the shift alarm watches per set (default 500)")
+    cli.add_alarm_option(parser)
     args = parser.parse_args(argv)
 
     def command() -> int:
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(output.parent)
         evaluation = evaluate_run(args.run_dir, args.samples, args.seed, args.rule, args.quantile, args.threshold,
                                   args.ood and tuple(args.ood), args.ood_size, args.test_size, args.data_root,
-                                  args.device, args.shift and tuple(args.shift), args.shift_size)
+                                  args.device, args.shift and tuple(args.shift), args.shift_size, args.act_on_alarm)
         write_atomic(output, json.dumps(evaluation.to_dict(), indent=2))
         print(table(evaluation))
         cli.note(f"wrote every figure to {output}")

@@ -6,8 +6,14 @@ Usage::
     python -m bnn_zoo.predict lenet digit.png letter.jpg [--json]   # shipped posterior, or a run dir
     python -m bnn_zoo.predict runs/lenet_ensemble digit.png --posterior twin   # its deep ensemble
 
-Given two inputs or more, a last line says whether they still look like the inputs the guarantee
-was certified on (the shift alarm, ``bnn_zoo.abstain.shift``; on stderr with --json).
+The files are one stream, in the order given: the shift alarm (``bnn_zoo.abstain.shift``) watches
+whether they still look like the inputs the guarantee was certified on, and from the input that
+sounds it on the answers are held to the stricter after-alarm rule (``bnn_zoo.abstain.after_alarm``;
+--no-act-on-alarm: the certified rule alone). Given two inputs or more, a last line says so in plain
+words (on stderr with --json, whose "alarm" holds it with its figures). --json prints
+{"answers": [...], "errors": [...], "alarm": ...}; each answer says whether it came after the alarm.
+A file that cannot be read is named on stderr (error: FILE: why) and the others are answered; the
+exit code is then 2. --verbose first prints the rule that answers.
 """
 from __future__ import annotations
 
@@ -20,8 +26,8 @@ from typing import Callable
 import pyro
 import torch
 
-from ..abstain.rule import DENSITY, SIGNALS, uncertainty
-from ..abstain.shift import ShiftAlarm
+from ..abstain.after_alarm import AFTER_ALARM_RULE, Stream
+from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
 from ..core.errors import ConfigError, DataError
 from ..core.likelihoods import Categorical
 from ..data.images import load_image
@@ -53,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--posterior", choices=list(KINDS), default="bayes",
                         help="which of the run's posteriors answers: bayes (its guide or ensemble of "
                              "guides, the default), twin (MAP, MC dropout or deep ensemble), hmc")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    cli.add_alarm_option(parser)
+    parser.add_argument("--verbose", action="store_true",
+                        help="first print the rule that answers (and the after-alarm rule)")
+    parser.add_argument("--json", action="store_true",
+                        help='machine-readable output: {"answers": [...], "errors": [...], "alarm": ...}')
     args = parser.parse_args(argv)
     return cli.run(lambda: _answer(args))
 
@@ -70,7 +80,7 @@ def _answer(args) -> int:
     if args.posterior not in rungs:
         raise ConfigError(f"--posterior {args.posterior}: {args.run_dir} holds no such posterior; it holds "
                           f"{', '.join(rungs)}")
-    answers, inputs, rows = [], [], trained.config.data.name in ROWS
+    answers, errors, inputs, rows = [], [], [], trained.config.data.name in ROWS
     for path in args.images:
         try:
             x, resized_from = _inputs(trained.config, path, args)
@@ -79,39 +89,38 @@ def _answer(args) -> int:
             if resized_from:  # an image of another size than the run's: say so
                 answers[-1]["resized_from"] = resized_from
         except (ValueError, DataError) as err:
-            answers.append({"file": path, "error": str(err)})
-    good, names = [a for a in answers if "error" not in a], class_names(trained.config.data)
-    x = torch.cat(inputs).to(trained.device) if good else None
+            errors.append({"file": path, "error": str(err)})
+    names = class_names(trained.config.data)
+    x = torch.cat(inputs).to(trained.device) if answers else None
     pyro.set_rng_seed(args.seed)
     if regression:
-        if good:
-            _regress(rungs[args.posterior], x, good, args.samples)
-        return _report(answers, args.json, None, _regression_line)
-    header, alarm = _classify(trained, rungs[args.posterior], x, good, names, args) if good else (None, None)
-    code = _report(answers, args.json, header, lambda a: _class_line(a, names, trained.config.data.input_shape))
-    if alarm is not None and alarm.seen >= 2:  # does this batch look like the inputs the guarantee was certified on?
-        (cli.note if args.json else print)(alarm.describe())
-    return code
+        if answers:
+            _regress(rungs[args.posterior], x, answers, args.samples)
+        return _report(answers, errors, None, args, None, _regression_line)
+    header, stream = _classify(trained, rungs[args.posterior], x, answers, names, args) if answers else (None, None)
+    shape = trained.config.data.input_shape
+    return _report(answers, errors, stream, args, header, lambda a: _class_line(a, names, shape))
 
 
 def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list[str],
-              args) -> tuple[str, ShiftAlarm | None]:
-    """Each good answer's decision, label, uncertainties and set under the chosen rule, or by its
-    conformal set where no rule is certified; returns the rule in words, or why the sets answer, and
-    the shift alarm over the inputs in the order given (None where the run holds no reference)."""
+              args) -> tuple[str | None, Stream]:
+    """Each good answer's decision, label, uncertainties and set as the stream of the inputs in the
+    order given answers it (``Trained.stream``): the chosen rule, or the conformal set where no rule
+    is certified, and from the alarm on the after-alarm rule; returns what a person is told first
+    (the rule in words with --verbose, or why the sets answer), and the stream."""
     rule = trained.rules_for(args.rule, args.quantile, args.threshold)[args.posterior]
     probs = posterior.predict(x, args.samples)
-    alarm = trained.alarm(args.posterior, seed=args.seed)
-    if alarm is not None:
-        alarm.observe(probs)
     by_sets = answering_sets(trained, args.posterior, len(probs), args.rule)
     sets = by_sets or (trained.sets.get(args.posterior) if args.rule == "calibrated" else None)
     in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
     gate = gate_density(rule, trained, args.posterior, posterior, x)
-    decision = set_decision(in_sets, probs) if by_sets else rule(probs, gate)
+    answering = ((lambda p, density: set_decision(in_sets, p)) if by_sets else
+                 None if args.rule == "calibrated" else rule)  # None: the certified rule, after the alarm both
+    stream = trained.stream(args.posterior, args.act_on_alarm, args.seed, answer=answering)
+    answered = stream.decide(probs, gate)
     scores = uncertainty(probs, rule.quantile)
     for i, answer in enumerate(good):
-        answer.update(decision.describe(i))
+        answer.update(answered.describe(i))
         answer["label"] = None if answer["answer"] is None else names[answer["answer"]]
         answer["uncertainty_bits"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
         if in_sets is not None and (answer["answer"] is not None or by_sets):  # refused, or answered with a set
@@ -122,18 +131,25 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
         why = no_rule_line(trained.calibration[args.posterior], args.posterior, args.run_dir)
         if args.json:
             cli.note(why)
-        return why, alarm
-    text = f"rule: median >= {rule.threshold}" if rule.quantile == 0.5 else \
-        f"rule: {rule.quantile} quantile >= {rule.threshold}"
-    if rule.signal == DENSITY:  # minus the log density of its features, in nats
-        text += f", refuse when minus the log density of its features > {rule.cut:.4g} nats"
-    elif rule.signal:
-        text += f", refuse when {rule.signal} > {rule.cut:.4g} bits"
+        return why, stream
+    if not args.verbose:
+        return None, stream
     certified = args.rule == "quantile" or "rule" in trained.calibration.get(args.posterior, {})
     other = (f"; its conformal sets answer at the {sets.samples} posterior samples they were certified with "
              f"(--samples {sets.samples})") if sets else ""
-    return text + ("" if certified else " (the quantile rule: this run has no certified rule; "
-                                        f"python -m bnn_zoo.certify RUN_DIR writes one{other})"), alarm
+    text = "rule: " + _in_words(rule) + ("" if certified else " (the quantile rule: this run has no certified rule; "
+                                                             f"python -m bnn_zoo.certify RUN_DIR writes one{other})")
+    if stream.after_alarm is not None:
+        text += "\nafter the shift alarm" + ("" if stream.act else " (not acting: --no-act-on-alarm)") + ": " + \
+            _in_words(stream.after_alarm)
+    return text, stream
+
+
+def _in_words(rule: Rule) -> str:
+    text = f"median >= {rule.threshold}" if rule.quantile == 0.5 else f"{rule.quantile:g} quantile >= {rule.threshold}"
+    if rule.signal == DENSITY:  # minus the log density of its features, in nats
+        return text + f", refuse when minus the log density of its features > {rule.cut:.4g} nats"
+    return text + (f", refuse when {rule.signal} > {rule.cut:.4g} bits" if rule.signal else "")
 
 
 def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -> str:
@@ -141,7 +157,7 @@ def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -
                f"{input_shape[2]}x{input_shape[1]})") if "resized_from" in answer else ""
     if answer["answer"] is None:
         held = f"its {answer['set']['coverage']:.0%} set holds every class" if "set" in answer else \
-            f"refused by {' and '.join(answer['refused_by'])}"
+            f"refused by {' and '.join(answer['refused_by'])}".replace(AFTER_ALARM_RULE, "the after-alarm rule")
         return f"I don't know ({held}){resized}"
     in_set = f"; {answer['set']['coverage']:.0%} set {{{', '.join(names[c] for c in answer['set']['classes'])}}}" \
         if "set" in answer else ""
@@ -164,17 +180,24 @@ def _regression_line(answer: dict) -> str:
             f"noise sd {answer['noise_sd']:.3g})")
 
 
-def _report(answers: list[dict], as_json: bool, header: str | None, line: Callable[[dict], str]) -> int:
-    """The answers printed, as JSON or as the ``header`` and a ``line`` per file; the exit code is 1
-    where a file could not be read."""
-    if as_json:
-        print(json.dumps(answers, indent=2))
+def _report(answers: list[dict], errors: list[dict], stream: Stream | None, args, header: str | None,
+            line: Callable[[dict], str]) -> int:
+    """The answers printed, as JSON or as the ``header`` and a ``line`` per file, then, for two inputs
+    or more, the stream's alarm in plain words (on stderr with --json, which holds it); each file
+    that could not be read named on stderr. The exit code is 2 where one could not."""
+    for e in errors:
+        cli.note(f"error: {_printable(e['file'])}: {e['error']}")
+    alarm = stream.to_dict() if stream is not None else None
+    if args.json:
+        print(json.dumps({"answers": answers, "errors": errors, "alarm": alarm}, indent=2))
     else:
         if header:
             print(header)
         for a in answers:
-            print(f"{_printable(a['file'])}: " + (f"error: {a['error']}" if "error" in a else line(a)))
-    return 1 if any("error" in a for a in answers) else 0
+            print(f"{_printable(a['file'])}: {line(a)}")
+    if alarm is not None and alarm["inputs"] >= 2:  # does this stream look like the inputs certified on?
+        (cli.note if args.json else print)(alarm["text"])
+    return 2 if errors else 0
 
 
 def _inputs(cfg, path: str, args) -> tuple[torch.Tensor, list[int] | None]:

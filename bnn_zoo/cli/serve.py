@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     parser.add_argument("--max-upload-mb", type=_megabytes, default=MAX_UPLOAD / 2 ** 20,
                         help=f"largest upload accepted (default {MAX_UPLOAD / 2 ** 20:g} MB)")
+    parser.add_argument("--act-on-alarm", action=argparse.BooleanOptionalAction, default=True,
+                        help="once a model's shift alarm sounds, hold its answers to the stricter after-alarm rule "
+                             "until a new stream starts (default; --no-act-on-alarm: the certified rule alone, and "
+                             "a new stream after each alarm)")
     args = parser.parse_args(argv)
     return cli.run(lambda: _serve(args))
 
@@ -60,7 +64,7 @@ def _serve(args) -> int:
         raise UserError('the page needs the serve extra: pip install "bnn-zoo[serve]" '
                         '(pip install -e ".[serve]" in a checkout)') from None
     cli.note(shadowed(args.model))
-    answerer = Answerer(args.model, args.device)
+    answerer = Answerer(args.model, args.device, args.act_on_alarm)
     answerer.model(args.model)  # a bad name or run fails here, before the server starts
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -34,7 +34,7 @@ from ..runs.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
 from .split_fits import fit_references
-from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, shifted
+from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, streamed
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -122,12 +122,15 @@ def load_for_evaluation(run_dir: str | Path, device: str, data_root: str | None,
 def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rule: str = "calibrated",
                  quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
-                 device: str = "auto", shift: tuple[str, ...] | None = None, shift_size: int = STREAM) -> Evaluation:
+                 device: str = "auto", shift: tuple[str, ...] | None = None, shift_size: int = STREAM,
+                 act_on_alarm: bool = True) -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
     ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name;
     ``shift``: corruptions (default: all fifteen for MNIST and FashionMNIST runs) of ``shift_size``
-    test images, the length of each set's stream the shift alarm watches too."""
+    test images, each answered as one stream (``under_shift.streamed``: from the input that sounds
+    its alarm on, by the after-alarm rule, unless not ``act_on_alarm``), the length of each set's
+    stream the shift alarm watches too."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = default_ood(trained.config) if ood is None else ood
@@ -141,7 +144,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     shift = default_shift(trained.config.data) if shift is None else shift
     with seeded(seed, trained.device):
         results, skipped = _evaluate(trained, rules, by_sets, x.to(trained.device), labels, ood, ood_size,
-                                     num_samples, root, seed, shift, shift_size)
+                                     num_samples, root, seed, shift, shift_size, act_on_alarm)
     for part, sets in by_sets.items():
         if sets is not None and part in results:
             results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
@@ -150,11 +153,11 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
 
 def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,
               ood: tuple[str, ...], ood_size: int | dict[str, int], num_samples: int, root: str | None,
-              seed: int, shift: tuple[str, ...] = (), shift_size: int = STREAM
+              seed: int, shift: tuple[str, ...] = (), shift_size: int = STREAM, act_on_alarm: bool = True
               ) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
     """evaluate_run's figures per posterior, each under its rule or, where ``by_sets`` holds its sets
-    (no rule certified), with each input's set as its answer; and the OOD sets skipped (missing data)
-    with why."""
+    (no rule certified), with each input's set as its answer (a corrupted set as one stream); and the
+    OOD sets skipped (missing data) with why."""
     rungs = posteriors(trained)
     answer = {part: rules[part] if by_sets.get(part) is None else SetAnswer(by_sets[part], seed) for part in rungs}
     progress = tqdm(total=len(rungs) * (2 + len(ood) + len(shift)), desc="evaluate", unit="set", leave=False)
@@ -199,8 +202,10 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             for part, posterior in rungs.items():
                 progress.update()
                 probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
-                results[part].shift[name] = result = shifted(probs, y, answer[part], gate)
-                result.alarm = alarm_result(trained, part, probs, shift_size, seed)
+                certified = (by_sets.get(part) is None and not trained.calibration_problem  # the after-alarm rule
+                             and rules[part] == trained.rules.get(part))  # acts on the certified rule alone
+                stream = trained.stream(part, act_on_alarm, seed, answer=None if certified else answer[part])
+                results[part].shift[name] = streamed(stream, probs, y, gate, seed)
     except DataError as err:
         skipped["shift"] = str(err)
         progress.write(f"skipping the corruptions: {err}", file=sys.stderr)

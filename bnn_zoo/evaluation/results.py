@@ -1,7 +1,8 @@
 """The figures ``bnn_zoo.evaluation.evaluate`` measures, as dataclasses: an ``Evaluation`` holds a
 ``PosteriorResult`` per posterior (``InDistribution`` on the test set with its conformal sets'
 ``SetFigures``, ``Cost``, its ``Rule``, an ``OODResult`` per OOD set, a ``ShiftResult`` per
-corruption, and where each set's stream sounded the shift alarm, an ``AlarmResult``). The scoreboard, the reports
+corruption with its ``BeforeAfter`` the alarm, and where each set's stream sounded the shift alarm, an
+``AlarmResult``). The scoreboard, the reports
 and the page read these; eval.json is their ``to_dict()``, read back by ``from_dict``.
 
 Usage: ``Evaluation.from_dict(json.loads(Path("runs/lenet/eval.json").read_text())).posteriors["bayes"].test``
@@ -31,21 +32,60 @@ class AlarmResult:
 
 
 @dataclass
+class BeforeAfter:
+    """A set answered as one stream (``bnn_zoo.abstain.after_alarm.Stream``), split at the input its
+    shift alarm sounded at: counts of the inputs before it and from it on, and of those answered
+    wrong or refused as answered (from the alarm on by the after-alarm rule, where it was
+    ``acting``) and by the rule alone; and the shares of all inputs the rule alone refuses and
+    answers wrong (the after-alarm rule not acting)."""
+
+    acting: bool
+    before: int  # inputs before the alarm: all of them where it did not sound
+    wrong_before: int
+    after: int  # inputs from the one that sounded it on
+    wrong_after: int
+    refused_after: int
+    wrong_after_alone: int  # the rule alone, on the same inputs
+    refused_after_alone: int
+    refused_alone: float  # of all inputs
+    wrong_alone: float
+
+    @property
+    def wrong_before_rate(self) -> float | None:
+        """Per input before the alarm, the share answered wrong (None: there were none)."""
+        return self.wrong_before / self.before if self.before else None
+
+    @property
+    def wrong_after_rate(self) -> float | None:
+        """Per input from the alarm on, the share answered wrong (None: it did not sound)."""
+        return self.wrong_after / self.after if self.after else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "wrong_before_rate": self.wrong_before_rate, "wrong_after_rate": self.wrong_after_rate}
+
+    @classmethod
+    def read(cls, d: dict | None) -> "BeforeAfter | None":
+        return d and cls(**{k: v for k, v in d.items() if not k.endswith("_rate")})
+
+
+@dataclass
 class ShiftResult:
-    """The test set under one corruption (``bnn_zoo.data.corruptions``): fractions of its inputs."""
+    """The test set under one corruption (``bnn_zoo.data.corruptions``): fractions of its inputs, as
+    answered by one stream of them (after its alarm, by the after-alarm rule where it acts)."""
 
     refused: float
     accuracy_accepted: float  # NaN where every input was refused
     wrong: float  # answered and wrong: what a user pays for
     accuracy: float  # forced: the argmax of the mean prediction, never refusing
     alarm: AlarmResult | None = None  # None: the run holds no alarm reference
+    by_alarm: BeforeAfter | None = None  # before and after the alarm (None: no alarm reference)
 
     def to_dict(self) -> dict:
-        return _without_none(asdict(self))
+        return _without_none({**asdict(self), "by_alarm": self.by_alarm and self.by_alarm.to_dict()})
 
     @classmethod
     def from_dict(cls, d: dict) -> "ShiftResult":
-        return cls(**{**d, "alarm": AlarmResult.read(d.get("alarm"))})
+        return cls(**{**d, "alarm": AlarmResult.read(d.get("alarm")), "by_alarm": BeforeAfter.read(d.get("by_alarm"))})
 
 
 @dataclass

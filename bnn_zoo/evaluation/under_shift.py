@@ -1,22 +1,26 @@
 """The scoreboard's shift figures: the test set under each of MNIST-C's corruptions
-(``bnn_zoo.data.corruptions``), answered by each posterior under its rule, and where the shift
-alarm (``bnn_zoo.abstain.shift``) sounds on a stream of a set's inputs. A user pays for the inputs
-answered wrong, so that is the figure kept beside the refusals.
+(``bnn_zoo.data.corruptions``), each set answered by each posterior as one stream of its inputs in a
+seeded order (``Trained.stream``: its rule, and from the input that sounds the shift alarm on, the
+after-alarm rule), with the wrong answers before and after the alarm; and where the shift alarm
+(``bnn_zoo.abstain.shift``) sounds on a stream of a set's inputs. A user pays for the inputs answered
+wrong, so that is the figure kept beside the refusals.
 
-Usage: ``figures = shifted(probs, labels, answer, gate)``; ``alarm_result(trained, "bayes", probs, seed=0)``
+Usage: ``figures = streamed(trained.stream("bayes"), probs, labels, gate, seed=0)``;
+``shifted(probs, labels, answer, gate)``; ``alarm_result(trained, "bayes", probs, seed=0)``
 """
 from __future__ import annotations
 
 import torch
 
-from ..abstain.rule import Rule
+from ..abstain.after_alarm import Stream
+from ..abstain.rule import Decision, Rule
 from ..core.errors import DataError
 from ..data.config import DataConfig
 from ..data.corruptions import CORRUPTIONS, corrupt
 from ..data.inputs import pixel_inputs
 from ..data.sets import TORCHVISION_SETS, load_torchvision
 from ..runs.trained import Trained
-from .results import AlarmResult, ShiftResult
+from .results import AlarmResult, BeforeAfter, ShiftResult
 from .set_answers import SetAnswer
 
 STREAM = 500  # inputs an alarm watches per set, and corrupted images per corruption
@@ -48,13 +52,44 @@ def shifted(probs: torch.Tensor, labels: torch.Tensor, answer: Rule | SetAnswer,
             gate: torch.Tensor | None = None) -> ShiftResult:
     """Refusals, accuracy among the answered, the share of all inputs answered wrong, and the
     forced accuracy of sampled predictions ``probs`` [S, N, C] of a corrupted set."""
-    decision = answer(probs, gate)
-    labels = labels.to(probs.device)
+    return _figures(answer(probs, gate), probs, labels.to(probs.device))
+
+
+def _figures(decision: Decision, probs: torch.Tensor, labels: torch.Tensor) -> ShiftResult:
     answered, right = ~decision.refused, decision.prediction == labels
     return ShiftResult(refused=decision.refused.float().mean().item(),
                        accuracy_accepted=right[answered].float().mean().item() if answered.any() else float("nan"),
                        wrong=(answered & ~right).float().mean().item(),
                        accuracy=(probs.mean(0).argmax(1) == labels).float().mean().item())
+
+
+def streamed(stream: Stream, probs: torch.Tensor, labels: torch.Tensor, gate: torch.Tensor | None = None,
+             seed: int = 0) -> ShiftResult:
+    """``shifted``'s figures of a corrupted set answered by ``stream`` as one stream of its inputs
+    (sampled predictions ``probs`` [S, N, C]) in a seeded random order, with where its alarm sounded
+    and the inputs answered wrong and refused before it and from it on (``BeforeAfter``)."""
+    order = torch.randperm(probs.shape[1], generator=torch.Generator().manual_seed(seed)).to(probs.device)
+    probs, labels = probs[:, order], labels.to(probs.device)[order]
+    answered = stream.decide(probs, None if gate is None else gate[order])
+    result = _figures(answered.decision, probs, labels)
+    if stream.alarm is None:
+        return result
+    alarm = stream.alarm
+    result.alarm = AlarmResult(alarm.seen, alarm.alarm_at, alarm.alpha)
+    after = answered.after_alarm
+    wrong, alone = _wrong(answered.decision, labels), _wrong(answered.ordinary, labels)
+    count = lambda mask: int(mask.sum())  # noqa: E731
+    result.by_alarm = BeforeAfter(
+        acting=stream.acting, before=count(~after), wrong_before=count(wrong & ~after), after=count(after),
+        wrong_after=count(wrong & after), refused_after=count(answered.decision.refused & after),
+        wrong_after_alone=count(alone & after), refused_after_alone=count(answered.ordinary.refused & after),
+        refused_alone=answered.ordinary.refused.float().mean().item(), wrong_alone=alone.float().mean().item())
+    return result
+
+
+def _wrong(decision: Decision, labels: torch.Tensor) -> torch.Tensor:
+    """[N] bool: answered, and not with the label."""
+    return ~decision.refused & (decision.prediction != labels)
 
 
 def alarm_result(trained: Trained, part: str, probs: torch.Tensor, stream: int = STREAM,

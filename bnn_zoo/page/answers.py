@@ -1,6 +1,9 @@
 """What the page answers: the models it offers, loaded on first use, and one image's answer from
-the Bayesian posterior and its twin under the run's certified rule or the knobs a person set, with
-each posterior's shift alarm over the inputs the page answered (a new stream after it sounds).
+the Bayesian posterior and its twin under the run's certified rule or the knobs a person set. The
+inputs the page answered are one stream per model and posterior (``Trained.stream``): its shift
+alarm watches them, and from the input that sounds it on the certified rule's answers are held to
+the after-alarm rule, until a person starts a new stream (``new_stream``). Not acting on the alarm
+(``act_on_alarm=False``), a new stream starts after it sounds.
 
 Usage: ``Answerer("lenet").answer("lenet", pixels)  # {"text": "7", "samples": ..., "twin": ...}``
 """
@@ -14,9 +17,9 @@ from dataclasses import dataclass, field
 import pyro
 import torch
 
+from ..abstain.after_alarm import AFTER_ALARM_RULE, Stream, StreamDecision
 from ..abstain.conformal import ConformalSets
 from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
-from ..abstain.shift import ShiftAlarm
 from ..core.errors import UserError
 from ..core.likelihoods import Categorical
 from ..core.predictive import seeded
@@ -48,26 +51,28 @@ class Model:
     bayes: Posterior
     twin: Posterior | None
     classes: list[str]
-    # Each posterior's shift alarm over the inputs answered so far (None: its run holds no reference)
-    alarms: dict[str, ShiftAlarm | None] = field(default_factory=dict)
-    last_input: bytes | None = None  # the digest of the last input the alarms took: a re-ask is not a new input
+    # Each posterior's stream of the inputs answered so far (its alarm None: its run holds no reference)
+    streams: dict[str, Stream] = field(default_factory=dict)
+    last_input: bytes | None = None  # the digest of the last input the streams took: a re-ask is not a new input
 
-    def watch(self, pixels: torch.Tensor, drawn: dict[str, torch.Tensor]) -> dict[str, dict]:
-        """Each posterior's alarm after this input (its sampled predictions ``drawn``, by posterior):
-        its figures and line; an alarm that sounded starts a new stream with the next input."""
+    def decide(self, pixels: torch.Tensor, asked: dict[str, tuple], new_stream: bool = False
+               ) -> dict[str, tuple[StreamDecision, dict | None]]:
+        """Each posterior's decision for this input as its stream answers it, by posterior, from
+        ``asked``: its sampled predictions, gate scores and answer (None: its certified rule, which the
+        after-alarm rule replaces after the alarm; else a rule of the knobs, or its sets); and its
+        alarm's figures and line. ``new_stream``: this input starts a new stream. Not acting on the
+        alarm, a stream whose alarm sounded starts a new one with the next input."""
+        if new_stream:
+            self.streams, self.last_input = {part: s.restarted() for part, s in self.streams.items()}, None
         digest = hashlib.sha256(pixels.cpu().numpy().tobytes()).digest()
         fresh, self.last_input = digest != self.last_input, digest
-        watched = {}
-        for part, probs in drawn.items():
-            alarm = self.alarms.get(part)
-            if alarm is None:
-                continue
-            if fresh:
-                alarm.observe(probs)
-            watched[part] = {**alarm.to_dict(), "text": alarm.describe()}
-            if alarm.alarmed and fresh:
-                self.alarms[part] = alarm.restarted()
-        return watched
+        decided = {}
+        for part, (probs, gate, answer) in asked.items():
+            stream = self.streams[part]
+            decided[part] = stream.decide(probs, gate, again=not fresh, rule=answer), stream.to_dict()
+            if fresh and not stream.act and stream.alarm is not None and stream.alarm.alarmed:
+                self.streams[part] = stream.restarted()
+        return decided
 
     def defaults(self) -> dict:
         rule = self.trained.rules_for()["bayes"]
@@ -79,8 +84,8 @@ class Answerer:
     """Loads the models on first use and answers one image at a time: Pyro's effect handlers are
     process-wide, so concurrent requests take turns; each gets its own result."""
 
-    def __init__(self, default: str, device: str = "auto"):
-        self.device = pick_device(device)
+    def __init__(self, default: str, device: str = "auto", act_on_alarm: bool = True):
+        self.device, self.act_on_alarm = pick_device(device), act_on_alarm
         self.names = list(dict.fromkeys([default, *shipped_names()]))
         self.default = default
         self._models: dict[str, Model] = {}
@@ -102,15 +107,17 @@ class Answerer:
                     raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
                                     "images: answer its inputs with python -m bnn_zoo.predict")
                 held = posteriors(trained)
-                alarms = {part: trained.alarm(part) for part in ("bayes", "twin") if part in held}
+                streams = {part: trained.stream(part, self.act_on_alarm) for part in ("bayes", "twin") if part in held}
                 self._models[name] = Model(name, trained, held["bayes"], held.get("twin"),
-                                           class_names(trained.config.data), alarms)
+                                           class_names(trained.config.data), streams)
             return self._models[name]
 
     def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
-               quantile: float | None = None, samples: int | None = None, seed: int = 0) -> dict:
+               quantile: float | None = None, samples: int | None = None, seed: int = 0,
+               new_stream: bool = False) -> dict:
         """The Bayesian answer and the twin's for uint8 pixels [28, 28], with the model's certified
-        rule where a knob is left out (its gate is kept whatever the knobs)."""
+        rule where a knob is left out (its gate is kept whatever the knobs), as the model's streams
+        answer it (``new_stream``: it starts new ones)."""
         started = time.perf_counter()
         with self._lock, pyro.settings.context(module_local_params=True):  # settings are process-wide too
             model = self.model(name)
@@ -137,36 +144,52 @@ class Answerer:
             sets = model.trained.sets.get("bayes")  # shown where the certified rule and sample count answer
             certified_knobs = untouched and by_sets["bayes"] is None and sets and sets.certified_at(samples)
             in_set = sets.answer(probs, seed)[0] if certified_knobs else None
-            watched = model.watch(pixels, {part: drawn for part, drawn in (("bayes", probs), ("twin", twin))
-                                           if drawn is not None})
+            drawn = {part: p for part, p in (("bayes", probs), ("twin", twin)) if p is not None}
+            decided = model.decide(pixels, {part: (p, gates[part], _answer(rules[part], certified[part], by_sets[part],
+                                                                            seed)) for part, p in drawn.items()},
+                                   new_stream)
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
-                 **_judged(probs, rules["bayes"], model.classes, gates["bayes"], by_sets["bayes"], seed),
-                 "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
+                    **_judged(probs, rules["bayes"], model.classes, gates["bayes"], by_sets["bayes"], seed,
+                              *decided["bayes"], model.streams["bayes"].after_alarm),
+                    "samples": probs[:, 0].cpu().tolist(), "pixels": pixels.tolist()}
         if in_set is not None and response["answer"] is not None:  # refused, or answered with its certified set
             response["set"] = {"classes": [model.classes[c] for c in in_set], "coverage": 1 - sets.alpha}
         if twin is not None:
             response["twin"] = {"posterior": model.twin.label,
-                                **_judged(twin, rules["twin"], model.classes, gates["twin"], by_sets["twin"], seed),
-                             "probs": twin.mean(0)[0].cpu().tolist()}
+                                **_judged(twin, rules["twin"], model.classes, gates["twin"], by_sets["twin"], seed,
+                                          *decided["twin"], model.streams["twin"].after_alarm),
+                                "probs": twin.mean(0)[0].cpu().tolist()}
         for part, answered in (("bayes", response), ("twin", response.get("twin"))):
             if by_sets.get(part) is not None:  # no rule is certified: the set answered
                 answered["note"] = no_rule_line(model.trained.calibration[part], part, name)
-            if part in watched:
-                answered["shift"] = watched[part]
         response["seconds"] = round(time.perf_counter() - started, 4)
         return response
 
 
+def _answer(rule: Rule, certified: Rule, sets: ConformalSets | None, seed: int):
+    """What answers a posterior on the page: None for its certified rule (its stream's own, which the
+    after-alarm rule replaces after the alarm), else the knobs' rule, or its sets where no rule is certified."""
+    if sets is not None:
+        return lambda probs, density: set_decision([sets.answer(probs, seed)[0]], probs)
+    return None if rule == certified else rule
+
+
 def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Tensor | None = None,
-            sets: ConformalSets | None = None, seed: int = 0) -> dict:
-    """One input's decision under ``rule`` (``gate``: the density scores a density gate reads), or
-    its conformal set as its answer where ``sets`` are given (no rule is certified), with the words
-    the page shows."""
+            sets: ConformalSets | None = None, seed: int = 0, answered: StreamDecision | None = None,
+            shift: dict | None = None, after_alarm: Rule | None = None) -> dict:
+    """One input's decision as its stream ``answered`` it (``rule``'s, or its conformal set as its
+    answer where ``sets`` are given, no rule being certified; from the alarm on the after-alarm rule's
+    where it acts; ``gate``: the density scores a density gate reads), with the words the page shows
+    and the stream's alarm (``shift``)."""
     in_set = sets.answer(probs, seed)[0] if sets is not None else None
-    ruled = rule(probs, gate)  # its quantiles are what the page plots, whichever answers
-    decision = ruled if sets is None else set_decision([in_set], probs)
+    if answered is None:  # outside a stream: the rule's decision, or the set's
+        decided = rule(probs, gate) if sets is None else set_decision([in_set], probs)
+        answered = StreamDecision(decided, decided, torch.zeros(1, dtype=torch.bool, device=probs.device), 1)
+    held = answered.decision is not answered.ordinary and bool(answered.after_alarm[0])  # the after-alarm rule decided
+    shown = after_alarm if held else rule
+    ruled = answered.decision if held else rule(probs, gate)  # its quantiles are what the page plots, whichever answers
     scores = uncertainty(probs, rule.quantile)
-    described = decision.describe(0)
+    described = answered.describe(0)
     names = [classes[c] for c in described["accepted"]]
     if described["answer"] is None:
         text = "I don't know"
@@ -180,11 +203,17 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Ten
         reasons.append(f"{rule.signal.replace('_', ' ')} {float(value[0]):.3g} {unit} > {rule.cut:.3g}")
     if SET_ANSWER in described["refused_by"]:
         reasons.append(f"its {1 - sets.alpha:.0%} conformal set holds every class")
-    judged = {**described, "text": text, "why": "; ".join(reasons), "rule": rule.to_dict(),
+    if AFTER_ALARM_RULE in described["refused_by"]:
+        gated = f", {after_alarm.signal.replace('_', ' ')} <= {after_alarm.cut:.3g}" if after_alarm.signal else ""
+        reasons.append(f"since the shift alarm sounded, answers are held to the after-alarm rule (its "
+                       f"{_quantile_name(after_alarm.quantile)} probability >= {after_alarm.threshold:g}{gated})")
+    judged = {**described, "text": text, "why": "; ".join(reasons), "rule": shown.to_dict(),
               "quantiles": ruled.quantile_probs[0].cpu().tolist(),
               "uncertainty_bits": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
     if in_set is not None:
         judged["set"] = {"classes": [classes[c] for c in in_set], "coverage": 1 - sets.alpha}
+    if shift is not None:
+        judged["shift"] = shift
     return judged
 
 

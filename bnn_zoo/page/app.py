@@ -96,7 +96,8 @@ def create_app(answerer: Answerer, max_upload: int = MAX_UPLOAD, hosts: list[str
     async def answer(request: Request):
         name = request.query_params.get("model") or answerer.default
         knobs = {"threshold": _number(request, "threshold"), "quantile": _number(request, "quantile"),
-                 "samples": _number(request, "samples", int)}
+                 "samples": _number(request, "samples", int),
+                 "new_stream": request.query_params.get("new_stream") in ("1", "true", "yes")}
         example = request.query_params.get("example")
         body = None if example else await request.body()  # whole and within max_upload: the middleware read it
 

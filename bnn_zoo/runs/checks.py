@@ -220,7 +220,8 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("bad config key 'abstention.signal': choose mutual_information or entropy; a feature-density "
                           "gate is certified in Python (bnn_zoo.abstain.certify.certify(..., density=...)), not by a run")
     try:  # the checks certify and Rule make, before any training
-        check_settings(a.risk, a.delta, a.max_refusal, a.quantile, a.signal)
+        check_settings(a.risk, a.delta, a.max_refusal, a.quantile, a.signal, a.after_alarm_refusal,
+                       a.after_alarm_quantile)
     except ValueError as err:
         raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
 

@@ -17,8 +17,8 @@ from torch import nn
 from ..abstain.conformal import ConformalSets
 from ..abstain.density import FeatureDensity
 from ..abstain.rule import Rule
-from ..abstain.shift import ShiftAlarm
-from ..core.errors import CheckpointError, ConfigError
+from ..abstain.shift import checked_reference
+from ..core.errors import CheckpointError, ConfigError, show
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
 from .checkpoint import (
@@ -125,8 +125,9 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu", fitted: bool =
     run_dir = Path(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
     twin = run_dir / TWIN_CHECKPOINT
+    calibration = _calibration_file(run_dir / CALIBRATION)  # checked against the run's classes
     trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, read(twin, device) if twin.is_file() else None,
-                        twin, device, samples, read_calibration(run_dir / CALIBRATION))
+                        twin, device, samples, calibration)
     for member in member_dirs(run_dir, trained.config.train.members):
         if not (member / CHECKPOINT).is_file():
             raise CheckpointError(f"{run_dir} is an ensemble of {trained.config.train.members}, but member "
@@ -136,6 +137,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu", fitted: bool =
     if (run_dir / DENSITIES).is_file():
         trained.densities = _densities(read(run_dir / DENSITIES, device)["densities"])
     trained.fitted = fitted_states(run_dir / FITTED, trained, device) if fitted else {}
+    trained.run_dir = str(run_dir)
     if trained.calibration:
         trained.calibration_problem = _calibration_problem(trained, run_dir)
         if trained.calibration_problem:  # fitted to other weights: not for these
@@ -170,13 +172,15 @@ def _shipped(name: str, device) -> Trained:
                               not all(isinstance(t, dict) and isinstance(t.get("net"), dict) for t in twin_members)):
         raise CheckpointError(f"{twin_path} does not hold a twin for each of the {1 + len(members)} members of "
                               f"{path}: ship them again together (scripts/ship_posterior.py)")
-    trained = _assemble(state, path, twins, twin_path, device, None, state["calibration"])
+    damaged = "the file that shipped is damaged: install bnn-zoo again"
+    calibration = (state["calibration"], f"{path}'s calibration", damaged)
+    trained = _assemble(state, path, twins, twin_path, device, None, calibration)
     for i, member in enumerate(members):
         if not isinstance(member, dict) or any(key not in member for key in ("epoch", "model", "guide")):
             raise CheckpointError(f"{path}'s member {i + 1} lacks its epoch, model or guide: ship it again "
                                   "(scripts/ship_posterior.py)")
         own = {"config": state["config"], "num_data": state["num_data"], **member}
-        trained.members.append(_assemble(own, path, twin_members[i] if twins else None, twin_path, device, None, {}))
+        trained.members.append(_assemble(own, path, twin_members[i] if twins else None, twin_path, device, None))
     trained.densities = _densities(state.get("densities", {}))
     return trained
 
@@ -186,8 +190,9 @@ def _densities(states: dict) -> dict[str, FeatureDensity]:
 
 
 def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path, device, samples,
-              calibration: dict) -> Trained:
-    """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float)."""
+              calibration: tuple[object, str, str] = ({}, "", "")) -> Trained:
+    """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float),
+    with ``calibration`` (its content, where it came from, how to fix it), checked against the run's classes."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     config = stored_config(state, path)
     fitted = config.get("train", {}).get("posteriors") if isinstance(config.get("train"), dict) else None
@@ -199,6 +204,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
     networks = Plan.of(cfg).networks
+    calibration = checked_calibration(*calibration, classes=networks.recipe.classes) if calibration[0] != {} else {}
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_networks(networks, state.get("num_data"), device)
     _load_state(model, state["model"], path)
@@ -236,22 +242,58 @@ def _sets(calibration: dict) -> dict[str, ConformalSets]:
 
 
 def read_calibration(path: Path) -> dict:
-    """calibration.json's content, {} when there is none."""
-    if not path.is_file():
-        return {}
+    """calibration.json's content, {} when there is none; a CheckpointError where it is not one
+    bnn-zoo wrote (``checked_calibration``)."""
+    found = _calibration_file(path)
+    return checked_calibration(*found) if found[0] != {} else {}
+
+
+def _calibration_file(path: Path) -> tuple[object, str, str]:
+    """calibration.json's content as read ({} when there is none), where it is, and how to fix it."""
     fix = f"delete it or write it again: python -m bnn_zoo.certify {path.parent}"
-    calibration = read_json(path, "calibration bnn-zoo wrote", fix)
+    return (read_json(path, "calibration bnn-zoo wrote", fix) if path.is_file() else {}), str(path), fix
+
+
+def checked_calibration(calibration, where: str, fix: str, classes: int | None = None) -> dict:
+    """A run's or a shipped posterior's calibration (``where`` it came from), each posterior's entry
+    checked: a mapping whose rules, sets, temperature and alarm reference (entropies from 0 to
+    log2(``classes``) bits) are ones bnn-zoo writes; else a CheckpointError that names what is
+    wrong and says ``fix``."""
     try:
+        if not isinstance(calibration, dict):
+            raise ValueError(f"it holds {show(calibration)}, not a mapping of posteriors")
         for part in KINDS:
-            if "rule" in calibration.get(part, {}):
-                Rule.from_dict(calibration[part]["rule"])
+            entry = calibration.get(part, {})
+            if not isinstance(entry, dict):
+                raise ValueError(f"its {part} entry is {show(entry)}, not a mapping")
+            try:
+                after = entry.get("after_alarm", {})
+                if not isinstance(after, dict):
+                    raise ValueError(f"its after-alarm entry is {show(after)}, not a mapping")
+                for what, rule in (("its rule", entry.get("rule")), ("its after-alarm rule", after.get("rule"))):
+                    _checked_rule(rule, what)
+                if "alarm" in entry:
+                    checked_reference(entry["alarm"], classes)
+            except (ValueError, TypeError, AttributeError) as err:
+                raise ValueError(f"{part}: {err}") from None
         _sets(calibration)
-        for part in KINDS:
-            if "alarm" in calibration.get(part, {}):
-                ShiftAlarm.of(calibration[part]["alarm"])
         temperature = calibration.get(TWIN_SCALED, {}).get("temperature", 1.0)
         if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
-            raise ValueError(f"temperature {temperature!r} is not a positive number")
+            raise ValueError(f"temperature {show(temperature)} is not a positive number")
         return calibration
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"{path} is not a calibration bnn-zoo wrote ({err}); {fix}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
+        raise CheckpointError(f"{where} is not a calibration bnn-zoo wrote ({err}); {fix}") from None
+
+
+def _checked_rule(rule, what: str) -> None:
+    """A stored rule (None: there is none) as Rule.from_dict reads it, or a ValueError naming ``what``."""
+    if rule is None:
+        return
+    try:
+        Rule.from_dict(rule)
+    except KeyError as err:
+        raise ValueError(f"{what} lacks {err}") from None
+    except (TypeError, AttributeError):
+        raise ValueError(f"{what} is {show(rule)}, not a rule") from None
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None

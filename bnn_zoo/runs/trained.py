@@ -8,17 +8,19 @@ Usage: ``trained = bnn_zoo.load("runs/lenet"); posteriors(trained)["bayes"].pred
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from omegaconf import DictConfig
 
+from ..abstain.after_alarm import Stream
 from ..abstain.conformal import ConformalSets
-from ..abstain.rule import DENSITY, Rule
+from ..abstain.rule import DENSITY, Decision, Rule
 from ..abstain.shift import ALPHA, ShiftAlarm
 from ..core.bnn import BayesianNet
 from ..core.errors import CheckpointError
 from ..core.twin import Twin
+from ..data.own import ROWS
 from ..posterior import KINDS, Posterior
 from .checkpoint import digest
 
@@ -45,6 +47,7 @@ class Trained:
     fitted: dict = field(default_factory=dict)
     run: Optional[str] = None  # the run id its checkpoints share
     twin_epoch: Optional[int] = None  # the epochs its twin trained (None: no twin, or a shipped one)
+    run_dir: Optional[str] = None  # the folder it was loaded from (None: a shipped posterior)
     # Why the calibration cannot be used (it certified other weights), with the command that
     # re-certifies; None where it can, or where there is none.
     calibration_problem: Optional[str] = None
@@ -78,6 +81,33 @@ class Trained:
         entry = None if self.calibration_problem else self.calibration.get(part, {}).get("alarm")
         return None if entry is None else ShiftAlarm.of(entry, alpha, seed)
 
+    def after_alarm(self, part: str) -> tuple[Optional[Rule], Optional[str]]:
+        """``part``'s after-alarm rule (``bnn_zoo.abstain.after_alarm``), or None and why there is none
+        (no certified rule, none certified after the alarm, or a calibration written before it existed)."""
+        entry = self.calibration.get(part, {}) if not self.calibration_problem else {}
+        if "rule" not in entry:
+            return None, f"no rule is certified for {part}, so none is after the alarm"
+        if "after_alarm" not in entry:
+            again = ("this shipped posterior's file predates it" if self.run_dir is None else
+                     f"python -m bnn_zoo.certify {self.run_dir} adds one")
+            return None, f"its calibration predates the after-alarm rule ({again})"
+        after = entry["after_alarm"]
+        if "rule" not in after:
+            return None, f"no after-alarm rule is certified for {part} ({after.get('error')})"
+        return Rule.from_dict(after["rule"]), None
+
+    def stream(self, part: str = "bayes", act: bool = True, seed: int = 0, alpha: float = ALPHA,
+               answer: Rule | Callable[..., Decision] | None = None) -> Stream:
+        """A stream of ``part``'s inputs (``bnn_zoo.abstain.after_alarm.Stream``): answered by its
+        certified rule (or ``answer``: another rule, or its conformal sets, which the after-alarm rule
+        does not replace), watched by its shift alarm (``seed`` breaks its ties), and from the input
+        that sounds the alarm on held to its after-alarm rule, unless ``act`` is False."""
+        after, why_not = self.after_alarm(part)
+        if answer is not None:  # sets where no rule is certified, or a rule of the caller's
+            after, why_not = None, why_not or "the after-alarm rule is certified beside the certified rule alone"
+        return Stream(self.rules_for()[part] if answer is None else answer, self.alarm(part, alpha, seed), after, act,
+                      why_not, relabel_advice(self.config))
+
     def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
         """Each model's rule: the run's certified one (``calibrated``; the quantile rule where the run
         holds none; a CheckpointError where its calibration certified other weights) or the
@@ -89,6 +119,14 @@ class Trained:
         raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
 
 
+
+
+def relabel_advice(config: DictConfig) -> str:
+    """What a person can do once a stream stopped looking like the certifying inputs: certify a run on
+    labelled inputs like the stream's (certification reads a run's validation split)."""
+    how = "data.path=TABLE.csv" if config.data.name in ROWS else "data.name=folder data.path=DIR, a folder per class"
+    return (f"to answer inputs like these under a guarantee, train and certify a run on labelled ones like them "
+            f"(python -m bnn_zoo.train {config.arch} {how}: its validation split certifies it)")
 
 
 def posteriors(trained: Trained) -> dict[str, Posterior]:

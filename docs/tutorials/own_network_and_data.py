@@ -37,6 +37,6 @@ def run(*args: str) -> str:
 run("bnn_zoo.cli.train", "arch=mynets:small_mlp", "model.kwargs.width=32", "data.name=csv", "data.path=shapes.csv",
     "train.epochs=60", "train.lr=0.01", "abstention.risk=0.05", "run_dir=runs/shapes", "overwrite=true", "train.progress=false")
 print(run("bnn_zoo.predict", "runs/shapes", "new.csv"))
-answers = json.loads(run("bnn_zoo.predict", "runs/shapes", "new.csv", "--json"))
+answers = json.loads(run("bnn_zoo.predict", "runs/shapes", "new.csv", "--json"))["answers"]
 print("far row:", answers[2]["label"], answers[2]["refused_by"], answers[2]["uncertainty_bits"])
 assert [a["label"] for a in answers[:2]] == ["circle", "triangle"], "the rows near the data are no longer answered right"

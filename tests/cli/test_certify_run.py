@@ -7,6 +7,7 @@ import torch
 from conftest import DEVICE
 
 from bnn_zoo import load, predict
+from bnn_zoo.abstain.after_alarm import after_alarm_rule
 from bnn_zoo.abstain.certify import certify
 from bnn_zoo.abstain.conformal import calibrate_sets
 from bnn_zoo.abstain.temperature import fit_temperature
@@ -31,6 +32,11 @@ def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
     decision = expected.rule(probs)
     assert found["bayes"]["validation"]["refused"] == pytest.approx(decision.refused.float().mean().item())
     assert found["bayes"]["validation"]["refused"] <= 0.1
+    # beside it, the after-alarm rule, on the same draws: the config's 20% refusal budget and 0.1 quantile
+    after = after_alarm_rule(probs, labels, expected.rule, risk=0.4, delta=0.2, refusal=0.2, quantile=0.1,
+                             signal="mutual_information")
+    assert found["bayes"]["after_alarm"] == after.to_dict() and trained.after_alarm("bayes") == (after.rule, None)
+    assert after.rule.quantile == 0.1 and after.rule.threshold >= expected.rule.threshold
 
 
 def test_the_stored_sets_are_the_conformal_ones_on_validation(certified_run):
@@ -172,6 +178,13 @@ def test_the_calibrate_cli(certified_run, tmp_path, capsys):
     sets = json.loads((run / CALIBRATION).read_text())["bayes"]["sets"]
     assert sets["score"] == "aps" and sets["alpha"] == 0.2 and "its sets at 80% coverage: aps score" in \
         capsys.readouterr().out
+    assert main([str(run), "--risk", "0.5", "--delta", "0.3", "--samples", "3", "--after-alarm-refusal", "0.4",
+                 "--after-alarm-quantile", "0.25"]) == 0
+    after = json.loads((run / CALIBRATION).read_text())["bayes"]["after_alarm"]
+    assert after["rule"]["quantile"] == 0.25 and after["max_refusal"] == 0.4 and after["validation"]["refused"] <= 0.4
+    assert f"; after the shift alarm: 0.25 quantile >= {after['rule']['threshold']}" in capsys.readouterr().out
+    assert main([str(run), "--after-alarm-quantile", "0.6"]) == 2
+    assert "after_alarm_quantile must lie in [0, quantile]" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:  # argparse: "argument --samples: must be at least 1"
         main([str(run), "--samples", "0"])
     assert stop.value.code == 2 and "--samples: must be at least 1" in capsys.readouterr().err
@@ -300,7 +313,7 @@ def test_predict_answers_with_the_scaled_twin_under_its_own_rule(certified_run, 
         Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")
         files.append(str(tmp_path / f"{i}.png"))
     assert predict_main([str(certified_run), *files, "--posterior", TWIN_SCALED, "--json"]) == 0
-    answers = json.loads(capsys.readouterr().out)
+    answers = json.loads(capsys.readouterr().out)["answers"]
     trained = load(certified_run)
     decision = trained.rules[TWIN_SCALED](posteriors(trained)[TWIN_SCALED].predict(normalize(images[:6])))
     assert [a["answer"] for a in answers] == [None if r else int(p) for r, p in zip(decision.refused, decision.prediction)]
@@ -351,7 +364,7 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     for i in range(4):
         Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")
     assert predict_main([str(run), *(str(tmp_path / f"{i}.png") for i in range(4)), "--posterior", "twin", "--json"]) == 0
-    answers = json.loads(capsys.readouterr().out)
+    answers = json.loads(capsys.readouterr().out)["answers"]
     assert [a["answer"] is None for a in answers] == refused[:4].tolist()
     shipped_gate = _shipped(run, tmp_path / "posteriors")  # shipped, the gate keeps its density
     shipped_twin = posteriors(shipped_gate)["twin"]

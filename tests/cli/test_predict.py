@@ -26,24 +26,29 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "empty.png").write_bytes(b"")
     files = [str(tmp_path / n) for n in ("digit.png", "notes.txt", "paper.png", "empty.png")]
-    assert main([str(tiny_run), *files, "--samples", "5", "--json"]) == 1
-    answers = json.loads(capsys.readouterr().out)
-    assert [a["file"] for a in answers] == files
-    assert "not a readable image" in answers[1]["error"] and "not a readable image" in answers[3]["error"]
+    assert main([str(tiny_run), *files, "--samples", "5", "--json"]) == 2  # the others answered, on stdout
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)
+    answers, errors = found["answers"], found["errors"]
+    assert [a["file"] for a in answers] == [files[0], files[2]] and [e["file"] for e in errors] == [files[1], files[3]]
+    assert all("not a readable image" in e["error"] for e in errors)
+    assert printed.err.splitlines()[:2] == [f"error: {e['file']}: {e['error']}" for e in errors]  # named on stderr
     # the same answers as the rule on the same draws
     trained = load(tiny_run)
     pyro.set_rng_seed(0)
     x = normalize(torch.stack([load_image(files[0]), load_image(files[2])]))
     decision = abstain(predict(trained.model, trained.guide, x, 5))
-    for i, answer in enumerate((answers[0], answers[2])):
+    for i, answer in enumerate(answers):
         expected = None if decision.refused[i] else int(decision.prediction[i])
         assert answer["answer"] == expected
         assert {int(c) for c in answer["accepted"]} == (set() if decision.refused[i] else set(decision.accepted[i].nonzero()[:, 0].tolist()))
     assert main([str(tiny_run), files[0], "--samples", "5"]) == 0
-    rule_line, line = capsys.readouterr().out.strip().splitlines()
-    assert rule_line.startswith("rule: median >= 0.2 (the quantile rule")
+    line, = capsys.readouterr().out.strip().splitlines()  # the answer alone
     expected = "I don't know" if answers[0]["answer"] is None else f"{answers[0]['answer']} ("
     assert line.startswith(files[0] + ": ") and expected in line
+    assert main([str(tiny_run), files[0], "--samples", "5", "--verbose"]) == 0
+    rule_line, verbose_line = capsys.readouterr().out.strip().splitlines()  # --verbose: the rule first
+    assert rule_line.startswith("rule: median >= 0.2 (the quantile rule") and verbose_line == line
 
 
 def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
@@ -59,8 +64,8 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
         Image.fromarray(images[i].numpy()).save(files[-1])
     files.append(str(tmp_path / "grey.png"))
     Image.fromarray(np.full((28, 28), 128, dtype=np.uint8)).save(files[-1])
-    assert main([str(certified_run), *files, "--samples", "4", "--json"]) == 0
-    answers = json.loads(capsys.readouterr().out)
+    assert main([str(certified_run), *files, "--samples", "4", "--json", "--no-act-on-alarm"]) == 0  # the rule alone
+    answers = json.loads(capsys.readouterr().out)["answers"]
     trained = load(certified_run, DEVICE)
     rule = trained.rules["bayes"]
     pyro.set_rng_seed(0)
@@ -76,9 +81,13 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
         in_set = trained.sets["bayes"].predict(probs)[i].nonzero().flatten().tolist()
         assert answer.get("set") == (None if expected else {"classes": in_set, "coverage": 0.99})
     assert main([str(certified_run), files[0], "--samples", "5", "--json"]) == 0  # not the certified 4
-    assert "set" not in json.loads(capsys.readouterr().out)[0]
-    assert main([str(certified_run), files[0], "--samples", "4"]) == 0
-    assert capsys.readouterr().out.startswith(f"rule: median >= {rule.threshold}, refuse when mutual_information >")
+    assert "set" not in json.loads(capsys.readouterr().out)["answers"][0]
+    assert main([str(certified_run), files[0], "--samples", "4", "--verbose"]) == 0
+    after = trained.after_alarm("bayes")[0]
+    assert capsys.readouterr().out.startswith(
+        f"rule: median >= {rule.threshold}, refuse when mutual_information > {rule.cut:.4g} bits\nafter the shift "
+        f"alarm: {after.quantile:g} quantile >= {after.threshold}, refuse when mutual_information > "
+        f"{after.cut:.4g} bits\n")
 
 
 def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncertified_run, tmp_path, capsys):
@@ -96,7 +105,7 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
         Image.fromarray(images[i].numpy()).save(files[-1])
     assert main([str(uncertified_run), *files, "--samples", "4", "--json"]) == 0
     printed = capsys.readouterr()
-    answers = json.loads(printed.out)
+    answers = json.loads(printed.out)["answers"]
     why = ("no rule is certified for bayes, so each answer is its 80% conformal set: the smallest risk these 128 "
            "validation inputs certify at delta 0.05 is ")
     assert printed.err.startswith(why) and printed.err.count("\n") == 2
@@ -122,7 +131,7 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
         held = "I don't know (its 80% set holds every class)"
         assert line.endswith(f"; 80% set {{{names}}}" if answer["answer"] is not None else held)
     assert main([str(uncertified_run), files[0], "--samples", "4", "--rule", "quantile", "--json"]) == 0
-    assert "certified" not in json.loads(capsys.readouterr().out)[0]  # the quantile rule, as asked
+    assert "certified" not in json.loads(capsys.readouterr().out)["answers"][0]  # the quantile rule, as asked
 
 
 def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared_data, tmp_path, capsys):
@@ -132,32 +141,102 @@ def test_predict_cli_answers_with_a_shipped_posterior_right_after_install(shared
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
     Image.fromarray(np.zeros((28, 28), dtype=np.uint8)).save(tmp_path / "blank.png")
     assert main(["lenet", str(tmp_path / "digit.png"), str(tmp_path / "blank.png"), "--json"]) == 0
-    digit, blank = json.loads(capsys.readouterr().out)
+    digit, blank = json.loads(capsys.readouterr().out)["answers"]
     assert digit["answer"] == int(labels[0])
     assert digit["set"] == {"classes": [int(labels[0])], "coverage": 0.99}  # its certified 99% set
     assert blank["answer"] is None and blank["refused_by"] and "set" not in blank
 
 
-def test_predict_cli_says_when_a_batch_stops_looking_like_the_certifying_inputs(shared_data, tmp_path, capsys):
-    """The shipped lenet's shift alarm over the files in the order given: silent on 40 test digits,
-    sounding on 40 digits turned 90 degrees, in the text's last line and on stderr with --json."""
+def _digits(folder, images, turned: bool = False) -> list[str]:
+    files = []
+    for i, image in enumerate(images):
+        files.append(str(folder / f"{'turned' if turned else 'digit'}{i}.png"))
+        Image.fromarray((torch.rot90(image, 1) if turned else image).numpy()).save(files[-1])
+    return files
+
+
+def _shipped_draws(files: list[str], samples: int) -> torch.Tensor:
+    """The shipped lenet's draws for the files, as predict makes them (its seed 0, in the order given)."""
+    from bnn_zoo.data.images import load_image
+    from bnn_zoo.data.sets import normalize
+    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.trained import posteriors
+
+    with pyro.settings.context(module_local_params=True):
+        pyro.set_rng_seed(0)
+        return posteriors(load("lenet", DEVICE))["bayes"].predict(
+            normalize(torch.stack([load_image(f) for f in files])).to(DEVICE), samples)
+
+
+def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule(shared_data, tmp_path, capsys):
+    """The shipped lenet's files as one stream: 10 digits turned 90 degrees sound the alarm, and from
+    that input on each answer must pass the after-alarm rule too: of the 30 ordinary digits after
+    them, those it refuses and the certified rule would answer are refused, by it. The JSON holds the
+    alarm and says of each answer whether it came after it; the text says it in plain words."""
+    from bnn_zoo.abstain.shift import ShiftAlarm
     from bnn_zoo.data.sets import load_torchvision
+    from bnn_zoo.runs.loading import load
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
-    digits, turned = [], []
-    for i in range(40):
-        digits.append(str(tmp_path / f"digit{i}.png"))
-        Image.fromarray(images[i].numpy()).save(digits[-1])
-        turned.append(str(tmp_path / f"turned{i}.png"))
-        Image.fromarray(torch.rot90(images[i], 1).numpy()).save(turned[-1])
+    files = _digits(tmp_path, images[:10], turned=True) + _digits(tmp_path, images[10:40])
+    assert main(["lenet", *files, "--samples", "20", "--json"]) == 0
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)
+    trained, probs = load("lenet"), _shipped_draws(files, 20)
+    rule, after = trained.rules["bayes"], trained.after_alarm("bayes")[0]
+    expected_at = ShiftAlarm.of(trained.calibration["bayes"]["alarm"], seed=0).observe(probs).alarm_at
+    alarm = found["alarm"]
+    assert alarm["alarm_at"] == expected_at <= 10 and alarm["direction"] == "higher" and alarm["acting"] is True
+    assert alarm["inputs"] == 40 and alarm["peaks"]["higher"] >= alarm["bounds"]["higher"] == pytest.approx(1 / 0.0045)
+    assert alarm["after_alarm_rule"] == after.to_dict()
+    held = torch.arange(1, 41) >= expected_at
+    plain, strict = rule(probs), after(probs)
+    only_after = (held & strict.refused & ~plain.refused).nonzero().flatten().tolist()
+    assert only_after and min(only_after) >= 10  # ordinary digits, held to the after-alarm rule
+    assert [i for i, a in enumerate(found["answers"]) if a["refused_by"] == ["after_alarm_rule"]] == only_after
+    assert [a["after_alarm"] for a in found["answers"]] == held.tolist()
+    assert all(a["answer"] == (None if plain.refused[i] else int(plain.prediction[i]))
+               for i, a in enumerate(found["answers"]) if not held[i])  # before the alarm: the certified rule
+    assert alarm["refused_after_alarm"] == len(only_after)
+    assert printed.err == alarm["text"] + "\n" and "martingale" not in alarm["text"]
+    assert alarm["text"] == (
+        f"shift alarm: by input {expected_at} of 40, these inputs no longer look like the ones the guarantee was "
+        "certified on: they are more uncertain than those were (a stream like those sounds it at most 1% of the time); "
+        f"from input {expected_at} on, answers are held to the stricter after-alarm rule ({len(only_after)} "
+        f"input{'s' * (len(only_after) != 1)} refused that the certified rule alone would have answered); to answer "
+        "inputs like these under a guarantee, "
+        "train and certify a run on labelled ones like them (python -m bnn_zoo.train lenet data.name=folder "
+        "data.path=DIR, a folder per class: its validation split certifies it)")
+    assert main(["lenet", *files, "--samples", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == alarm["text"]
+    assert lines[only_after[0]].endswith("I don't know (refused by the after-alarm rule)")
+    assert main(["lenet", *files, "--samples", "20", "--json", "--no-act-on-alarm"]) == 0  # the certified rule alone
+    off = json.loads(capsys.readouterr().out)
+    expected = [None if r else int(p) for r, p in zip(plain.refused, plain.prediction)]
+    assert [a["answer"] for a in off["answers"]] == expected
+    assert off["alarm"]["alarm_at"] == expected_at and off["alarm"]["acting"] is False
+    assert "answers after it are given as before: acting on the alarm is turned off" in off["alarm"]["text"]
+
+
+def test_predict_cli_leaves_a_clean_stream_as_the_certified_rule_answers_it(shared_data, tmp_path, capsys):
+    """20 test digits: no alarm, every answer the certified rule's, none after an alarm; one input is no stream."""
+    from bnn_zoo.data.sets import load_torchvision
+    from bnn_zoo.runs.loading import load
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    digits = _digits(tmp_path, images[:20])
+    assert main(["lenet", *digits, "--samples", "20", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    plain = load("lenet").rules["bayes"](_shipped_draws(digits, 20))
+    expected = [None if r else int(p) for r, p in zip(plain.refused, plain.prediction)]
+    assert [a["answer"] for a in found["answers"]] == expected
+    assert not any(a["after_alarm"] for a in found["answers"]) and found["alarm"]["alarm_at"] is None
     assert main(["lenet", *digits, "--samples", "20"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("no shift alarm: 40 inputs look like the ones the guarantee was certified on")
-    assert main(["lenet", *turned, "--samples", "20", "--json"]) == 0
-    out, err = capsys.readouterr()
-    assert len(json.loads(out)) == 40 and "of 40 inputs; false alarms at most 1% over the whole stream" in err
-    assert err.startswith("shift alarm: these inputs do not look like the ones the guarantee was certified on")
-    assert main(["lenet", turned[0], "--samples", "20"]) == 0  # one input is no stream
+    assert last == ("no shift alarm: 20 inputs look like the ones the guarantee was certified on (a stream like those "
+                    "sounds it at most 1% of the time)")
+    assert main(["lenet", digits[0], "--samples", "20"]) == 0  # one input is no stream
     assert "shift alarm" not in capsys.readouterr().out
 
 
@@ -175,7 +254,7 @@ def test_predict_cli_takes_a_run_s_checkpoint_for_its_run(tiny_run, tmp_path, ca
     answers = []
     for run in (tiny_run, tiny_run / "checkpoint.pt"):  # it said "no checkpoint at .../checkpoint.pt/checkpoint.pt"
         assert main([str(run), str(tmp_path / "grey.png"), "--json", "--samples", "4"]) == 0
-        answers.append(json.loads(capsys.readouterr().out))
+        answers.append(json.loads(capsys.readouterr().out)["answers"])
     assert answers[0] == answers[1]
 
 
@@ -193,7 +272,8 @@ def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(ti
     assert shipped.err == "note: lenet is the shipped posterior lenet; for the folder lenet here, write ./lenet\n"
     assert main(["./lenet", "grey.png", "--json", "--samples", "10"]) == 0
     folder = capsys.readouterr()
-    assert folder.err == "" and json.loads(folder.out)[0]["uncertainty_bits"] != json.loads(shipped.out)[0]["uncertainty_bits"]
+    assert folder.err == "" and (json.loads(folder.out)["answers"][0]["uncertainty_bits"] !=
+                                 json.loads(shipped.out)["answers"][0]["uncertainty_bits"])
     from bnn_zoo.cli.certify import main as calibrate_main
 
     assert calibrate_main(["lenet"]) == 2
@@ -207,9 +287,12 @@ def test_predict_cli_answers_the_good_files_beside_a_huge_one(shared_data, tmp_p
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
     Image.new("1", (20000, 20000)).save(tmp_path / "bomb.png")
-    assert main(["lenet", str(tmp_path / "bomb.png"), str(tmp_path / "digit.png"), "--json", "--samples", "10"]) == 1
-    bomb, digit = json.loads(capsys.readouterr().out)
+    assert main(["lenet", str(tmp_path / "bomb.png"), str(tmp_path / "digit.png"), "--json", "--samples", "10"]) == 2
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)
+    (bomb,), (digit,) = found["errors"], found["answers"]
     assert "too large" in bomb["error"] and digit["answer"] == int(labels[0])
+    assert printed.err == f"error: {tmp_path / 'bomb.png'}: {bomb['error']}\n"
 
 
 def test_predict_cli_refuses_bad_counts(capsys):
@@ -229,9 +312,9 @@ def test_predict_cli_runs_no_outside_program_on_a_postscript_file(tmp_path):
     done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "mnist_mlp", "digit.eps"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert not marker.exists()
-    assert done.returncode == 1, done.stderr
-    assert done.stdout == ("digit.eps: error: not an image format bnn-zoo reads (EPS); "
-                           "send PNG, JPEG, GIF, BMP, TIFF, WebP or PGM/PPM\n")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr == ("error: digit.eps: not an image format bnn-zoo reads (EPS); "
+                                                 "send PNG, JPEG, GIF, BMP, TIFF, WebP or PGM/PPM\n")
 
 
 def test_predict_cli_prints_names_that_cannot_forge_an_answer_line(tmp_path, capsys):
@@ -241,12 +324,13 @@ def test_predict_cli_prints_names_that_cannot_forge_an_answer_line(tmp_path, cap
     nan[3, 4] = np.nan
     Image.fromarray(nan, "F").save(tmp_path / "nan.tif")
     plain = str(tmp_path / "nan.tif")
-    assert main(["mnist_mlp", str(forged), plain, "--samples", "2"]) == 1
-    lines = capsys.readouterr().out.splitlines()
+    assert main(["mnist_mlp", str(forged), plain, "--samples", "2"]) == 2
+    printed = capsys.readouterr()
+    lines = printed.out.splitlines()
     assert not any(line.startswith("b.png") for line in lines)
-    _, answer, refused = lines
+    answer, = lines
     assert answer.startswith(repr(str(forged)) + ": ")  # one line, the name escaped
-    assert refused.startswith(f"{plain}: error: holds 1 non-finite pixels (NaN or inf)")  # a plain name as it is
+    assert printed.err.startswith(f"error: {plain}: holds 1 non-finite pixels (NaN or inf)")  # a plain name as it is
 
 
 def test_bnn_zoo_predict_stays_the_function_once_the_command_line_is_imported():

@@ -83,7 +83,7 @@ def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pn
     # predict: a digit of the test folder, read at the run's size and statistics, answered in class names
     seven = sorted((pngs / "test" / "seven").glob("*.png"))[0]
     assert predict_main([str(folder_run), str(seven), "--json", "--samples", "8"]) == 0
-    answer = json.loads(capsys.readouterr().out)[0]
+    answer = json.loads(capsys.readouterr().out)["answers"][0]
     pixels = torch.from_numpy(np.asarray(Image.open(seven), dtype=np.float32))[None, None] / 255
     pyro.set_rng_seed(0)  # predict's default --seed
     probs = posteriors(trained)["bayes"].predict(DataProfile([1, 28, 28], None, list(data.mean), list(data.std)).normalize(pixels), 8)
@@ -178,12 +178,12 @@ def test_a_csv_classifier_reads_its_columns_by_name(tmp_path, capsys):
     write_csv(tmp_path / "q.csv", ["c", "a", "b"], [[5, 0, 0], [9, 0, 4]])
     capsys.readouterr()  # training's log
     assert predict_main([str(run_dir), str(tmp_path / "q.csv"), "--json", "--samples", "8", "--rule", "quantile"]) == 0
-    answers = json.loads(capsys.readouterr().out)
+    answers = json.loads(capsys.readouterr().out)["answers"]
     assert [a["file"].rsplit(":", 1)[1] for a in answers] == ["1", "2"]
     assert [a["label"] for a in answers] == ["virginica", "versicolor"]
     write_csv(tmp_path / "bad.csv", ["a", "b"], [[1, 2]])
-    assert predict_main([str(run_dir), str(tmp_path / "bad.csv")]) == 1
-    assert "lacks the column(s) c the run reads" in capsys.readouterr().out
+    assert predict_main([str(run_dir), str(tmp_path / "bad.csv")]) == 2  # named on stderr
+    assert "lacks the column(s) c the run reads" in capsys.readouterr().err
 
 
 def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path, capsys):
@@ -210,7 +210,9 @@ def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
     write_csv(tmp_path / "q.csv", ["u", "v"], [[0.5, 0.25], [40, -40]])
     capsys.readouterr()  # training's log
     assert predict_main([str(run_dir), str(tmp_path / "q.csv"), "--json", "--samples", "30"]) == 0
-    near, far = json.loads(capsys.readouterr().out)
+    found = json.loads(capsys.readouterr().out)
+    near, far = found["answers"]
+    assert found["alarm"] is None and found["errors"] == []  # a regression: no alarm
     assert near["mean"] == pytest.approx(1.0, abs=0.6)
     assert far["epistemic_sd"] > 5 * near["epistemic_sd"]  # far outside the data, the weights disagree
     assert near["sd"] == pytest.approx((near["epistemic_sd"] ** 2 + near["noise_sd"] ** 2) ** 0.5, abs=1e-5)
@@ -359,12 +361,15 @@ def test_an_image_that_cannot_be_read_is_named_and_the_other_files_answered(fold
     (tmp_path / "drawn.png").write_bytes(EPS)
     good = next((pngs / "test" / "seven").iterdir())
     assert predict_main([str(folder_run), str(tmp_path / "huge.png"), str(good), str(tmp_path / "drawn.png"),
-                         "--samples", "4", "--device", "cpu"]) == 1
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == f"{tmp_path / 'huge.png'}: error: cannot read the image {tmp_path / 'huge.png'} (900,000,000 " \
-                       "pixels is too large (at most 25,000,000); scale it down first): delete or replace it"
-    assert lines[2].startswith(f"{good}: ") and "error" not in lines[2]
-    assert lines[3].endswith(f"(not an image format bnn-zoo reads (EPS); {READS.replace(chr(92), '')}): delete or replace it")
+                         "--samples", "4", "--device", "cpu"]) == 2
+    printed = capsys.readouterr()
+    errors, (answered,) = printed.err.splitlines(), printed.out.splitlines()  # the errors on stderr, one a file
+    assert errors[0] == f"error: {tmp_path / 'huge.png'}: cannot read the image {tmp_path / 'huge.png'} (900,000,000 " \
+                        "pixels is too large (at most 25,000,000); scale it down first): delete or replace it"
+    assert answered.startswith(f"{good}: ") and "error" not in answered
+    assert errors[1].startswith(f"error: {tmp_path / 'drawn.png'}: ")
+    assert errors[1].endswith(f"(not an image format bnn-zoo reads (EPS); {READS.replace(chr(92), '')}): delete or "
+                              "replace it")
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -543,10 +548,10 @@ def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_ru
     Image.open(good).resize((40, 30)).save(tmp_path / "large.png")
     files = [str(good), str(tmp_path / "large.png")]
     assert predict_main([str(folder_run), *files, "--samples", "4", "--json"]) == 0
-    same, large = json.loads(capsys.readouterr().out)
+    same, large = json.loads(capsys.readouterr().out)["answers"]
     assert "resized_from" not in same and large["resized_from"] == [30, 40]
     assert predict_main([str(folder_run), *files, "--samples", "4"]) == 0
-    _, same_line, large_line, alarm = capsys.readouterr().out.splitlines()
+    same_line, large_line, alarm = capsys.readouterr().out.splitlines()  # no rule line without --verbose
     assert alarm.startswith("no shift alarm: 2 inputs") or alarm.startswith("shift alarm: ")  # two inputs: a stream
     assert "resized" not in same_line and large_line.endswith(" (resized from 40x30 to the run's 28x28)")
     config = load(folder_run).config

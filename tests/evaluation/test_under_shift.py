@@ -7,6 +7,7 @@ import pyro
 import pytest
 import torch
 
+from bnn_zoo.abstain.after_alarm import Stream
 from bnn_zoo.abstain.rule import Rule
 from bnn_zoo.abstain.shift import ShiftAlarm, scores
 from bnn_zoo.core.predictive import seeded
@@ -14,8 +15,8 @@ from bnn_zoo.data.corruptions import CORRUPTIONS, corrupt
 from bnn_zoo.data.inputs import pixel_inputs
 from bnn_zoo.data.sets import load_torchvision
 from bnn_zoo.evaluation.evaluate import evaluate_run
-from bnn_zoo.evaluation.results import Evaluation
-from bnn_zoo.evaluation.under_shift import alarm_result, corrupted_sets, default_shift, shifted
+from bnn_zoo.evaluation.results import AlarmResult, BeforeAfter, Evaluation
+from bnn_zoo.evaluation.under_shift import alarm_result, corrupted_sets, default_shift, shifted, streamed
 from bnn_zoo.runs.loading import load
 from bnn_zoo.runs.trained import posteriors
 
@@ -29,6 +30,26 @@ def test_the_shift_figures_count_the_inputs_answered_wrong_among_all():
     assert (r.refused, r.wrong, r.accuracy) == (0.25, 0.25, 0.75)
     assert r.accuracy_accepted == pytest.approx(2 / 3)
     assert math.isnan(shifted(probs, labels, Rule(0.5, 0.95)).accuracy_accepted)  # everything refused
+
+
+def test_a_corrupted_set_is_one_stream_whose_wrong_answers_are_counted_before_and_after_its_alarm():
+    """Six inputs in the order seed 3 gives (4, 0, 3, 2, 1, 5); the alarm, whose reference is sure
+    inputs, sounds at the fourth. Before it the rule answers (input 4 wrong); from it on the
+    after-alarm rule (a higher threshold) answers sure input 1, wrong, and refuses unsure inputs
+    2 and 5, which the rule answers (5 wrong)."""
+    sure, unsure = torch.tensor([0.98, 0.01, 0.01]), torch.tensor([0.5, 0.45, 0.05])
+    probs = torch.stack([sure, sure, unsure, unsure, torch.tensor([0.05, 0.55, 0.4]), unsure])[None]  # [1, 6, 3]
+    labels = torch.tensor([0, 1, 0, 0, 2, 1])  # the rule answers 1, 4 and 5 wrong
+    alarm = ShiftAlarm(torch.linspace(0.1, 0.2, 200, dtype=torch.float64))  # sure inputs' entropy: 0.1614 bits
+    got = streamed(Stream(Rule(0.5, 0.4), alarm, Rule(0.5, 0.52)), probs, labels, seed=3)
+    assert got.alarm == AlarmResult(6, 4, 0.01)
+    assert got.by_alarm == BeforeAfter(acting=True, before=3, wrong_before=1, after=3, wrong_after=1, refused_after=2,
+                                       wrong_after_alone=2, refused_after_alone=0, refused_alone=0.0, wrong_alone=0.5)
+    assert (got.refused, got.wrong) == pytest.approx((2 / 6, 2 / 6))
+    assert (got.by_alarm.wrong_before_rate, got.by_alarm.wrong_after_rate) == (1 / 3, 1 / 3)
+    assert BeforeAfter.read(json.loads(json.dumps(got.by_alarm.to_dict()))) == got.by_alarm
+    off = streamed(Stream(Rule(0.5, 0.4), alarm.restarted(), Rule(0.5, 0.52), act=False), probs, labels, seed=3)
+    assert (off.refused, off.wrong) == (0.0, 0.5) and off.by_alarm.wrong_after == off.by_alarm.wrong_after_alone == 2
 
 
 def test_corrupted_sets_are_one_seeded_sample_of_the_test_set_under_each_corruption(certified_run, shared_data):
@@ -77,14 +98,32 @@ def test_evaluate_scores_every_posterior_under_the_corruptions_and_says_where_it
                 probs = rung.predict(x, 4)
             got = result.shift[name]
             if part == "twin":  # one deterministic network: the same figures and alarm, whatever the draws
-                expected = shifted(probs, y, rule)
-                expected.alarm = alarm_result(trained, part, probs, 50, 0)
-                assert got == expected
-            assert got.alarm.stream == 50 and got.alarm.alpha == 0.01
+                assert got == streamed(trained.stream(part, seed=0), probs, y, None, 0)
+                assert got.alarm == alarm_result(trained, part, probs, 50, 0)  # the same order, the same alarm
+                plain = shifted(probs, y, rule)  # the rule alone, whatever the order
+                assert (got.by_alarm.refused_alone, got.by_alarm.wrong_alone) == (plain.refused, plain.wrong)
+            b = got.by_alarm
+            assert got.alarm.stream == 50 and got.alarm.alpha == 0.01 and b.before + b.after == 50
+            assert b.before == (50 if got.alarm.alarm_at is None else got.alarm.alarm_at - 1)
+            assert got.wrong == pytest.approx((b.wrong_before + b.wrong_after) / 50)
             assert got.wrong == pytest.approx((1 - got.refused) * (1 - got.accuracy_accepted), abs=1e-6)
     assert result.test.alarm.stream == 50 and result.ood["noise"].alarm.stream == 50
     assert result.ood["noise"].alarm.alarm_at is not None  # white noise is nothing like a digit
     assert evaluation.skipped == {}
+
+
+def test_evaluate_not_acting_on_the_alarm_answers_each_set_by_the_certified_rule_alone(certified_run, shared_data,
+                                                                                      under_shift):
+    off = evaluate_run(certified_run, num_samples=4, ood=(), test_size=100, data_root=str(shared_data),
+                       shift=("rotate", "brightness"), shift_size=50, act_on_alarm=False)
+    for part, result in off.posteriors.items():
+        for name, got in result.shift.items():
+            acting = under_shift.posteriors[part].shift[name]
+            assert got.by_alarm.acting is False and acting.by_alarm.acting is True
+            assert (got.refused, got.wrong) == (got.by_alarm.refused_alone, got.by_alarm.wrong_alone)
+            if part == "twin":  # one network, the same draws: acting differs only from the alarm on
+                assert got.alarm == acting.alarm and got.by_alarm.wrong_before == acting.by_alarm.wrong_before
+                assert got.refused <= acting.refused and got.by_alarm.refused_alone == acting.by_alarm.refused_alone
 
 
 def test_evaluate_without_corruptions_or_on_other_data_says_so(certified_run, shared_data):
@@ -104,7 +143,8 @@ def test_the_shipped_twin_s_alarm_sounds_on_a_corruption_and_not_on_clean_test_i
         assert not trained.alarm("twin").observe(twin.predict(clean)).alarmed
         shifted_x = pixel_inputs(trained.config.data, corrupt(images[:300], corruption))
         alarm = trained.alarm("twin").observe(twin.predict(shifted_x))
-    assert alarm.alarmed and alarm.describe().startswith("shift alarm: these inputs do not look like")
+    assert alarm.alarmed and alarm.describe().startswith(f"shift alarm: by input {alarm.alarm_at} of 300, these inputs "
+                                                         "no longer look like the ones the guarantee was certified on")
 
 
 def test_a_run_on_other_data_has_no_corruptions_and_asking_for_them_says_why():

@@ -53,16 +53,18 @@ def ask(client, body=b"", **query):
     return client.post("/api/answer", params=query, content=body)
 
 
-def test_the_page_s_shift_alarm_watches_the_inputs_it_answered_and_starts_again_after_it_sounds(shared_data):
-    """Digits keep it silent; a run of blank images sounds it, that answer says so, and the next
-    input starts a new stream; asking the same input again is not a new input."""
+def test_the_page_s_stream_holds_its_answers_to_the_after_alarm_rule_once_its_alarm_sounds(shared_data):
+    """Digits keep it silent; a run of grey images sounds it, and that answer says so; the stream goes
+    on, each answer from then on held to the after-alarm rule (digits it refuses and the certified rule
+    answers are refused, by it), until a person starts a new stream; asking the same input again is not
+    a new input. Not acting on the alarm, a new stream starts after it sounds, as the rule alone answers."""
     from bnn_zoo.data.sets import load_torchvision
 
     answerer = Answerer("lenet", "cpu")  # a stream of its own
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     for i in range(5):
         reply = answerer.answer("lenet", images[i], samples=20)
-    assert reply["shift"]["inputs"] == 5 and reply["shift"]["alarm_at"] is None
+    assert reply["shift"]["inputs"] == 5 and reply["shift"]["alarm_at"] is None and not reply["after_alarm"]
     assert reply["shift"]["text"].startswith("no shift alarm: 5 inputs look like")
     assert reply["twin"]["shift"]["inputs"] == 5
     assert answerer.answer("lenet", images[4], samples=10)["shift"]["inputs"] == 5  # the knobs re-ask it
@@ -71,15 +73,38 @@ def test_the_page_s_shift_alarm_watches_the_inputs_it_answered_and_starts_again_
         reply = answerer.answer("lenet", pixels, samples=20)
         if reply["shift"]["alarm_at"] is not None:
             break
-    assert reply["shift"]["alarm_at"] == 5 + n and reply["shift"]["text"].startswith("shift alarm: these inputs")
-    assert answerer.answer("lenet", images[0], samples=20)["shift"]["inputs"] == 1  # a new stream
+    assert reply["shift"]["alarm_at"] == 5 + n and reply["shift"]["text"].startswith(f"shift alarm: by input {5 + n}")
+    assert reply["after_alarm"] and reply["shift"]["acting"]
+    after = load("lenet").after_alarm("bayes")[0]
+    held_out = []
+    for k, i in enumerate(range(14, 20), 1):  # digits, after the alarm: the after-alarm rule answers them
+        reply = answerer.answer("lenet", images[i], samples=20)
+        probs = torch.tensor(reply["samples"])[:, None]  # [20, 1, 10]: the draws it answered with
+        assert reply["after_alarm"] and reply["rule"] == after.to_dict() and reply["shift"]["inputs"] == 5 + n + k
+        assert (reply["answer"] is None) == bool(after(probs).refused[0])
+        if reply["refused_by"] == ["after_alarm_rule"]:
+            held_out.append(i)
+            assert reply["why"].startswith("since the shift alarm sounded, answers are held to the after-alarm rule")
+    assert held_out == [18]  # a digit the certified rule answers
+    fresh = answerer.answer("lenet", images[0], samples=20, new_stream=True)
+    assert fresh["shift"]["inputs"] == 1 and not fresh["after_alarm"] and fresh["rule"] != after.to_dict()
+    reply = ask(TestClient(create_app(answerer), base_url="http://localhost:8000"), example="digit", new_stream="1")
+    assert reply.json()["shift"]["inputs"] == 1  # the page's button asks for a new stream so
+    plain = Answerer("lenet", "cpu", act_on_alarm=False)
+    for pixels in strange:
+        reply = plain.answer("lenet", pixels, samples=20)
+        if reply["shift"]["alarm_at"] is not None:
+            break
+    assert reply["shift"]["alarm_at"] is not None and reply["shift"]["acting"] is False
+    assert reply["after_alarm"] and reply["rule"] == load("lenet").rules["bayes"].to_dict()  # the rule alone answers
+    assert plain.answer("lenet", images[held_out[0]], samples=20)["shift"]["inputs"] == 1  # a new stream, as before
 
 
 def test_the_page_answers_as_the_predict_command_line(client, tmp_path, capsys):
     path = tmp_path / "seven.png"
     path.write_bytes(png(example_pixels("digit"), 200, ink_on_paper=True))  # a photo of a drawn 7
     assert predict_main(["lenet", str(path), "--json", "--device", "cpu"]) == 0
-    expected = json.loads(capsys.readouterr().out)[0]
+    expected = json.loads(capsys.readouterr().out)["answers"][0]
     found = ask(client, path.read_bytes()).json()
     assert found["answer"] == expected["answer"] == 7 and found["text"] == "7"
     assert found["accepted"] == {str(c): p for c, p in expected["accepted"].items()}
@@ -522,7 +547,7 @@ def test_an_accepted_drawing_is_answered_with_the_run_s_certified_set(certified_
     path = tmp_path / "seven.png"
     Image.fromarray(images[0].numpy()).save(path)
     assert predict_main([str(certified_run), str(path), "--json", "--device", "cpu", "--samples", "4"]) == 0
-    expected = json.loads(capsys.readouterr().out)[0]
+    expected = json.loads(capsys.readouterr().out)["answers"][0]
     client = TestClient(create_app(Answerer(str(certified_run), "cpu"), max_upload=200_000),
                         base_url="http://localhost:8000")
     found = ask(client, path.read_bytes(), model=str(certified_run), samples=4).json()  # as certified
@@ -546,7 +571,7 @@ def test_where_no_rule_is_certified_the_page_answers_with_the_conformal_set(unce
         path = tmp_path / f"{i}.png"
         Image.fromarray(images[i].numpy()).save(path)
         assert predict_main([str(uncertified_run), str(path), "--json", "--device", "cpu", "--samples", "4"]) == 0
-        expected = json.loads(capsys.readouterr().out)[0]
+        expected = json.loads(capsys.readouterr().out)["answers"][0]
         found = ask(client, path.read_bytes(), model=str(uncertified_run), samples=4).json()
         assert found["set"] == {"classes": [str(c) for c in expected["set"]["classes"]], "coverage": 0.8}
         assert found["answer"] == expected["answer"] and found["note"].startswith("no rule is certified for bayes, so ")

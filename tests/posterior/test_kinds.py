@@ -287,7 +287,7 @@ def test_predict_answers_with_any_posterior_of_a_run_under_its_rule(part, ensemb
         Image.fromarray(images[i].numpy()).save(tmp_path / f"{i}.png")
         files.append(str(tmp_path / f"{i}.png"))
     assert main([str(run_dir), *files, "--samples", "6", "--posterior", part, "--json"]) == 0
-    answers = json.loads(capsys.readouterr().out)
+    answers = json.loads(capsys.readouterr().out)["answers"]
     trained = load(run_dir)
     pyro.set_rng_seed(0)
     probs = posteriors(trained)[part].predict(normalize(torch.stack([load_image(f) for f in files])), 6)

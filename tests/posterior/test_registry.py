@@ -89,7 +89,7 @@ def test_a_kind_registered_here_trains_saves_loads_certifies_answers_and_scores(
     png = tmp_path / "digit.png"
     Image.fromarray(load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)[0][0].numpy()).save(png)
     assert predict_main([str(run_dir), str(png), "--posterior", "jittered", "--samples", "8", "--json"]) == 0
-    answered = json.loads(capsys.readouterr().out)[0]["uncertainty_bits"]
+    answered = json.loads(capsys.readouterr().out)["answers"][0]["uncertainty_bits"]
     pyro.set_rng_seed(0)  # predict's default seed: its draws are the ones drawn here
     drawn = uncertainty(posterior.predict(normalize(load_image(png)[None]), 8))
     assert answered["entropy"] == pytest.approx(drawn["entropy"].item(), abs=1e-5)

@@ -345,6 +345,15 @@ def test_every_member_s_seed_must_be_below_2_to_the_32():
     assert make_config(None, ["seed=4294967294", "train.members=2"]).seed == 4294967294
 
 
+def test_the_after_alarm_settings_are_checked_before_training():
+    assert message(["abstention.after_alarm_quantile=0.7"]) == (
+        "bad config section 'abstention': after_alarm_quantile must lie in [0, quantile] (the after-alarm rule is "
+        "the stricter: quantile is 0.5), got 0.7")
+    assert message(["abstention.after_alarm_refusal=1.5"]) == (
+        "bad config section 'abstention': after_alarm_refusal must lie in [0, 1], got 1.5")
+    assert make_config(None, ["abstention.after_alarm_quantile=0.5"]).abstention.after_alarm_quantile == 0.5
+
+
 def test_an_ensemble_member_s_index_is_no_config_key():
     """Members are indexed by their place (RUN_DIR/members/N); configs stored with the index load."""
     assert message(["train.member=1"]) == "bad config key 'train.member': Key 'member' not in 'TrainConfig'. Did you mean: 'members'?"

@@ -1,0 +1,120 @@
+"""Answers that act on the shift alarm (bnn_zoo.abstain.after_alarm): the after-alarm rule, certified
+nested in the rule, and the stream that answers with the rule until its alarm sounds and with both
+rules from that input on."""
+import pytest
+import torch
+from test_certify import population
+
+from bnn_zoo.abstain.after_alarm import AFTER_ALARM_RULE, Stream, after_alarm_rule
+from bnn_zoo.abstain.certify import NotCertified, certify
+from bnn_zoo.abstain.rule import Rule
+from bnn_zoo.abstain.shift import ShiftAlarm, scores
+
+
+def test_the_after_alarm_rule_is_certified_nested_in_the_rule_within_its_refusal_budget():
+    probs, labels = population(3000, 0)
+    rule = certify(probs, labels, risk=0.3, delta=0.1, max_refusal=0.3).rule
+    after = after_alarm_rule(probs, labels, rule, risk=0.3, delta=0.1, refusal=0.5, quantile=0.1)
+    assert after.rule.quantile == 0.1 and after.rule.signal == rule.signal == "mutual_information"
+    assert after.rule.threshold >= rule.threshold and after.rule.cut < rule.cut
+    v = after.validation
+    assert v["p_value"] <= v["level"] and (after.risk, after.delta, after.max_refusal) == (0.3, 0.1, 0.5)
+    assert certify(probs, labels, 0.3, 0.1, 0.3).validation["refused"] < v["refused"] <= 0.5  # stricter, in budget
+    assert v["max_refusal_met"]
+    fresh, _ = population(3000, 1)
+    strict, plain = after.rule(fresh), rule(fresh)
+    assert not (strict.accepted & ~plain.accepted).any()  # each class it accepts, the rule accepts: both pass it
+    assert (strict.refused | ~plain.refused).all() and strict.refused.sum() > plain.refused.sum()
+
+
+def test_where_no_certified_rule_is_nested_in_the_rule_none_is_chosen():
+    probs, labels = population(3000, 0)
+    strictest = Rule(0.5, 0.9, "mutual_information", 1e-4)  # accepts 111 of 3000 at most: too few for 5% risk
+    assert certify(probs, labels, risk=0.05, delta=0.1).rule  # other rules are certified
+    with pytest.raises(NotCertified, match="answers only what the certified rule answers"):
+        after_alarm_rule(probs, labels, strictest, risk=0.05, delta=0.1)
+    with pytest.raises(ValueError, match="takes that quantile or a lower one, not 0.9"):
+        certify(probs, labels, 0.2, 0.1, 0.3, quantile=0.9, within=Rule(0.5, 0.2))
+    with pytest.raises(ValueError, match="gates on it too, not on entropy"):
+        certify(probs, labels, 0.2, 0.1, 0.3, signal="entropy", within=Rule(0.5, 0.2, "mutual_information", 0.5))
+
+
+def _stream(act: bool = True, after: Rule | None = Rule(0.5, 0.8)) -> Stream:
+    """A stream whose reference is sure inputs (entropies from 0.1 to 0.2 bits), its rule median >= 0.4
+    and its after-alarm rule median >= 0.8."""
+    return Stream(Rule(0.5, 0.4), ShiftAlarm(torch.linspace(0.1, 0.2, 300, dtype=torch.float64)), after, act,
+                  why_not=None if after else "no after-alarm rule here", advice="certify on inputs like these")
+
+
+def _inputs(*tops: float) -> torch.Tensor:
+    """Probabilities [1, N, 3] of one sample whose top class (the first) has these probabilities,
+    each a score of its own (a stream that repeats one score is one the alarm catches too)."""
+    return torch.tensor([[t, (1 - t) * 0.75, (1 - t) * 0.25] for t in tops])[None]
+
+
+SURE = (0.976, 0.978, 0.98, 0.982, 0.984)  # scores 0.13 to 0.19 bits, as the reference's
+UNSURE = (0.6, 0.7, 0.98, 0.62, 0.72, 0.64, 0.981, 0.74)  # mostly less sure than the rule after the alarm asks
+
+
+def test_a_stream_answers_with_the_rule_until_its_alarm_and_with_both_rules_from_the_input_that_sounds_it():
+    stream = _stream()
+    clean = stream.decide(_inputs(*SURE))
+    assert not clean.after_alarm.any() and clean.decision is clean.ordinary and clean.first == 1
+    shifted = _inputs(*UNSURE)
+    answered = stream.decide(shifted)
+    at = stream.alarm.alarm_at
+    assert answered.first == 6 and 6 < at <= 13  # the alarm sounded inside this batch, not at its start
+    after = torch.arange(6, 14) >= at
+    assert torch.equal(answered.after_alarm, after)
+    rule, strict = Rule(0.5, 0.4)(shifted), Rule(0.5, 0.8)(shifted)
+    assert torch.equal(answered.ordinary.refused, rule.refused) and not rule.refused.any()  # the rule answers all
+    assert torch.equal(answered.decision.refused, after & strict.refused)  # both rules from the alarm on
+    expected = [i for i in range(8) if after[i] and shifted[0, i].max() < 0.8]  # unsure and half-sure ones after it
+    assert torch.nonzero(answered.refused_after_alarm).flatten().tolist() == expected and expected
+    assert [answered.describe(i)["refused_by"] for i in expected] == [[AFTER_ALARM_RULE]] * len(expected)
+    assert [answered.describe(i)["after_alarm"] for i in range(8)] == after.tolist()
+    assert stream.refused_after_alarm == len(expected)
+    line = stream.describe()
+    assert line.startswith(f"shift alarm: by input {at} of 13, these inputs no longer look like the ones the "
+                           "guarantee was certified on: they are more uncertain than those were")
+    assert line.endswith(f"; from input {at} on, answers are held to the stricter after-alarm rule ({len(expected)} "
+                         "inputs refused that the certified rule alone would have answered); certify on inputs like "
+                         "these")
+    figures = stream.to_dict()
+    assert figures["alarm_at"] == at and figures["direction"] == "higher" and figures["acting"] is True
+    assert figures["after_alarm_rule"] == Rule(0.5, 0.8).to_dict() and figures["text"] == line
+    assert set(figures["martingales"]) == {"higher", "lower", "repeated"}
+
+
+def test_asked_again_the_last_input_keeps_its_place_and_a_rule_of_the_caller_s_is_not_replaced():
+    stream = _stream()
+    tops = [0.6 + 0.01 * k for k in range(12)]
+    stream.decide(_inputs(*tops))
+    assert stream.alarm.alarmed
+    again = stream.decide(_inputs(tops[-1]), again=True)
+    assert stream.alarm.seen == 12 and again.first == 12 and bool(again.after_alarm[0])
+    assert bool(again.decision.refused[0]) and stream.refused_after_alarm == 12 - stream.alarm.alarm_at + 1
+    knobs = stream.decide(_inputs(0.75), rule=Rule(0.5, 0.3))  # the page's knobs: that rule answers
+    assert bool(knobs.after_alarm[0]) and not knobs.decision.refused[0] and knobs.first == 13
+
+
+@pytest.mark.parametrize("act, after", [(False, Rule(0.5, 0.8)), (True, None)])
+def test_a_stream_not_acting_on_its_alarm_answers_as_the_rule_alone_and_says_why(act, after):
+    stream, plain = _stream(act, after), _stream()
+    probs = _inputs(*(0.6 + 0.01 * k for k in range(16)))
+    answered, held = stream.decide(probs), plain.decide(probs)
+    assert stream.alarm.alarm_at == plain.alarm.alarm_at and answered.after_alarm.any()
+    assert torch.equal(answered.decision.refused, Rule(0.5, 0.4)(probs).refused)
+    assert held.decision.refused.any() and not answered.decision.refused.any()
+    why = "acting on the alarm is turned off" if not act else "no after-alarm rule here"
+    assert stream.describe().endswith(f"; answers after it are given as before: {why}; certify on inputs like these")
+    assert stream.to_dict()["acting"] is False
+
+
+def test_a_stream_without_an_alarm_reference_answers_with_the_rule():
+    stream = Stream(Rule(0.5, 0.4), None, Rule(0.5, 0.8))
+    answered = stream.decide(_inputs(0.6, 0.7, 0.8))
+    assert not answered.after_alarm.any() and stream.describe() is None and stream.to_dict() is None
+    restarted = _stream().restarted()
+    assert restarted.alarm.seen == 0 and restarted.after_alarm == Rule(0.5, 0.8)
+    assert 0.1 < scores(_inputs(SURE[-1])).item() < scores(_inputs(SURE[0])).item() < 0.2  # the surer, the lower

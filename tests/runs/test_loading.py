@@ -1,0 +1,95 @@
+"""A calibration read from a run directory or a shipped file (bnn_zoo.runs.loading): a tampered or
+impossible entry is refused by name in one line, by load, predict and the page alike."""
+import json
+import shutil
+
+import pytest
+
+from bnn_zoo.core.errors import CheckpointError
+from bnn_zoo.runs import loading
+from bnn_zoo.runs.checkpoint import CALIBRATION, read, save_atomic
+
+# (what is done to a calibration, what the refusal says of it)
+TAMPERED = {
+    "a 400-digit integer": (lambda c: c["bayes"]["alarm"]["scores"].__setitem__(3, 10 ** 400),
+                            f"bayes: its alarm reference's score 4 is 1{'0' * 59}...: an entropy is a number of bits "
+                            "from 0 to log2(10) = 3.3219"),  # cut to 60 characters
+    "a negative entropy": (lambda c: c["bayes"]["alarm"]["scores"].__setitem__(0, -0.5),
+                           "bayes: its alarm reference's score 1 is -0.5: an entropy is a number of bits from 0 to "
+                           "log2(10) = 3.3219"),
+    "an entropy above log2(10)": (lambda c: c["twin"]["alarm"]["scores"].__setitem__(2, 3.5),
+                                  "twin: its alarm reference's score 3 is 3.5: an entropy is a number of bits from 0 "
+                                  "to log2(10) = 3.3219"),
+    "a part that is a list": (lambda c: c.__setitem__("twin", [1, 2]), "its twin entry is [1, 2], not a mapping"),
+    "a reference that is a list": (lambda c: c["bayes"].__setitem__("alarm", [{"a": 1}]),
+                                   "bayes: an alarm reference holds the signal 'entropy' and a list of scores, got "
+                                   "[{'a': 1}]"),
+    "an after-alarm rule without its threshold": (lambda c: c["bayes"]["after_alarm"]["rule"].pop("threshold"),
+                                                  "bayes: its after-alarm rule lacks 'threshold'"),
+}
+
+
+@pytest.fixture(scope="module")
+def shipped_copy(tmp_path_factory):
+    """The shipped lenet's files, copied: each test tampers with a copy of its own."""
+    folder = tmp_path_factory.mktemp("shipped")
+    for name in ("lenet.pt", "lenet_twin.pt"):
+        shutil.copy(loading.SHIPPED / name, folder / name)
+    return folder
+
+
+@pytest.mark.parametrize("how", TAMPERED)
+def test_a_tampered_run_calibration_is_refused_by_name_in_one_line(certified_run, tmp_path, capsys, how):
+    from bnn_zoo.cli.predict import main as predict_main
+
+    run = tmp_path / "run"
+    shutil.copytree(certified_run, run)
+    found = json.loads((run / CALIBRATION).read_text())
+    tamper, said = TAMPERED[how]
+    tamper(found)
+    (run / CALIBRATION).write_text(json.dumps(found))
+    expected = (f"{run / CALIBRATION} is not a calibration bnn-zoo wrote ({said}); delete it or write it again: "
+                f"python -m bnn_zoo.certify {run}")
+    with pytest.raises(CheckpointError) as refused:
+        loading.load(run)
+    assert str(refused.value) == expected
+    assert predict_main([str(run), "nothing.png"]) == 2
+    assert capsys.readouterr().err == f"error: {expected}\n"
+
+
+@pytest.mark.parametrize("how", ["a 400-digit integer", "a reference that is a list", "a part that is a list"])
+def test_a_tampered_shipped_calibration_is_refused_by_name_and_the_page_says_so(shipped_copy, tmp_path, monkeypatch,
+                                                                                how):
+    from starlette.testclient import TestClient
+
+    from bnn_zoo.page.answers import Answerer
+    from bnn_zoo.page.app import create_app
+
+    folder = tmp_path / "shipped"
+    shutil.copytree(shipped_copy, folder)
+    state = read(folder / "lenet.pt")
+    tamper, said = TAMPERED[how]
+    tamper(state["calibration"])
+    save_atomic(state, folder / "lenet.pt")
+    monkeypatch.setattr(loading, "SHIPPED", folder)
+    expected = (f"{folder / 'lenet.pt'}'s calibration is not a calibration bnn-zoo wrote ({said}); the file that "
+                "shipped is damaged: install bnn-zoo again")
+    with pytest.raises(CheckpointError) as refused:
+        loading.load("lenet")
+    assert str(refused.value) == expected
+    client = TestClient(create_app(Answerer("lenet", "cpu")), base_url="http://localhost:8000")
+    reply = client.post("/api/answer", params={"example": "digit"})
+    assert (reply.status_code, reply.json()) == (400, {"error": expected})  # not a 500
+
+
+def test_a_calibration_that_is_not_a_mapping_is_refused(tmp_path):
+    path = tmp_path / CALIBRATION
+    path.write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=r"calibration.json is not a calibration bnn-zoo wrote \(it holds "
+                                              r"\[1, 2\], not a mapping of posteriors\); delete it or write it again"):
+        loading.read_calibration(path)
+    assert loading.checked_calibration({"bayes": {"alarm": {"signal": "entropy", "scores": [3.3219]}}}, "here", "",
+                                       classes=10)
+    with pytest.raises(CheckpointError, match="score 1 is 3.3219: an entropy is a number of bits from 0 to log2"):
+        loading.checked_calibration({"bayes": {"alarm": {"signal": "entropy", "scores": [3.3219]}}}, "here", "",
+                                    classes=9)
