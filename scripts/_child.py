@@ -12,10 +12,12 @@ import sys
 
 
 class ChildFailed(RuntimeError):
-    """The measurement's process failed; ``last`` is the last line it wrote to stderr."""
+    """The measurement's process failed (``timed_out``: killed at its timeout); ``last`` is the last
+    line it wrote to stderr."""
 
     def __init__(self, spec: dict, stderr: str, returncode: int):
         self.last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}"
+        self.timed_out = returncode == -1
         super().__init__(f"the measurement {spec} failed: {stderr.strip()[-2000:]}")
 
 

@@ -13,16 +13,20 @@ likelihood of scale 1) trained by (every plain-PyTorch contender with the zoo's 
   bt_flipout     bayesian-torch's dnn_to_bnn, Flipout layers
   blitz          blitz-bayesian-pytorch's layers and sample_elbo (its KL by Monte Carlo)
   twin           the plain network (no uncertainty), fused Adam
+  twin_compiled  the same, its loss compiled by torch.compile (on CUDA in CUDA graphs): the floor
 
 on mnist_mlp (784-400-400-10) and lenet at batch 128 with the machine's threads, and a tiny
 network (toy_mlp 1-16-1, batch 2, one thread) where the step is all overhead. Every measurement runs in
-a process of its own; the contenders take turns over --rounds rounds, and each figure is the median
-of its rounds. The peers install with ``pip install -e .[bench]``; one that is missing is skipped
-with the reason. TyXe 0.0.2 calls ``pyro.util.deep_getattr``, which Pyro 1.9 no longer has: this
+a process of its own, on the device given (TyXe's prior too); the contenders take turns over
+--rounds rounds, and each figure is the median of its rounds. The zoo's steps are the ones
+``python -m bnn_zoo.train`` takes (Adam's update in the captured step). The peers install with
+``pip install -e .[bench]``; one that is missing is skipped with the reason; one that fails (or
+outlasts --timeout) is reported with its reason while the others are still measured, and the
+exit code is 1. TyXe 0.0.2 calls ``pyro.util.deep_getattr``, which Pyro 1.9 no longer has: this
 script supplies it (``functools.reduce(getattr, ...)``, what it was).
 
 Usage: python scripts/peers.py [--archs mnist_mlp lenet tiny] [--contenders zoo bbb ...]
-           [--steps 50] [--rounds 3] [--device auto] [--json peers.json]
+           [--steps 50] [--rounds 3] [--device auto] [--timeout S] [--json peers.json]
 """
 import argparse
 import json
@@ -34,7 +38,7 @@ import time
 from _child import ChildFailed, in_own_process, provenance
 
 CONTENDERS = ("zoo", "zoo_traced", "zoo_compiled", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
-              "twin")
+              "twin", "twin_compiled")
 CAPTURE = {"zoo": "eager", "zoo_traced": "trace", "zoo_compiled": "compile"}
 SHAPES = {"mnist_mlp": ("mnist_mlp", None, 128), "lenet": ("lenet", None, 128), "tiny": ("toy_mlp", [16], 2)}
 NUM_DATA = 55000
@@ -81,6 +85,7 @@ def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
 
     from bnn_zoo.runs.config import load_config, resolved
     from bnn_zoo.runs.loop import adam
+    from bnn_zoo.runs.loop import training_step as loop_step
     from bnn_zoo.runs.phases import BayesPhase
     from bnn_zoo.runs.plan import Plan
 
@@ -94,14 +99,11 @@ def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
     plan = Plan.of(resolved(load_config(arch, overrides)))
     phase = BayesPhase(plan.networks, plan.train, NUM_DATA, device, log=refuse)
     optimizer = adam(phase.parameters(), LR)
+    whole = phase.updating(optimizer) or loop_step(phase.loss, optimizer)  # as train_phase steps
 
     def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
         with phase.stepping():
-            loss = phase.loss(x, y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+            return whole(x, y)
 
     return step
 
@@ -117,7 +119,10 @@ def _tyxe(net, regression: bool, device):
         pyro.util.deep_getattr = lambda obj, name: functools.reduce(getattr, name.split("."), obj)
     import tyxe
 
-    bnn = tyxe.VariationalBNN(net.to(device), tyxe.priors.IIDPrior(dist.Normal(0.0, 1.0)),
+    import torch
+
+    prior = dist.Normal(torch.tensor(0.0, device=device), torch.tensor(1.0, device=device))  # its sites' device
+    bnn = tyxe.VariationalBNN(net.to(device), tyxe.priors.IIDPrior(prior),
                               tyxe.likelihoods.HomoskedasticGaussian(NUM_DATA, scale=1.0) if regression
                               else tyxe.likelihoods.Categorical(NUM_DATA),
                               functools.partial(tyxe.guides.AutoNormal, init_scale=INIT_SCALE,  # means start at
@@ -193,12 +198,20 @@ def training_step(contender: str, arch: str, hidden, batch_size: int, device):
     if contender in CAPTURE:
         return _zoo(CAPTURE[contender], arch, hidden, batch_size, device)
     net = make_net(arch, hidden).to(device)
-    if contender == "twin":
+    if contender in ("twin", "twin_compiled"):
         optimizer = adam(net.parameters(), LR)
+        graphed = contender == "twin_compiled" and device.type == "cuda"
+
+        def twin_loss(x, y):
+            return data_fit(net(x), y) / len(x)
+        if contender == "twin_compiled":
+            twin_loss = torch.compile(twin_loss, dynamic=False, options={"triton.cudagraphs": graphed})
 
         def twin_step(x, y):
+            if graphed:  # a new step of the CUDA graphs: the last one's loss is no longer read
+                torch.compiler.cudagraph_mark_step_begin()
             optimizer.zero_grad(set_to_none=True)
-            loss = data_fit(net(x), y) / len(x)
+            loss = twin_loss(x, y)
             loss.backward()
             optimizer.step()
             return loss.detach()
@@ -258,14 +271,15 @@ def measure(spec: dict) -> dict:
     return {"steps_per_s": spec["steps"] / run(spec["steps"]), "warmup_s": warmup}
 
 
-def _child(spec: dict) -> dict:
-    """``measure(spec)`` in a fresh Python process; a missing peer comes back as {"skipped": why}."""
+def _child(spec: dict, timeout: float | None = None) -> dict:
+    """``measure(spec)`` in a fresh Python process; a missing peer comes back as {"skipped": why},
+    one that fails (or runs past ``timeout`` seconds) as {"failed": its last line}."""
     try:
-        return in_own_process(__file__, spec)
+        return in_own_process(__file__, spec, timeout)
     except ChildFailed as err:
         if "ModuleNotFoundError" in err.last:
             return {"skipped": f"{err.last.split(': ', 1)[-1]} (pip install -e .[bench])"}
-        raise
+        return {"failed": f"timed out after {timeout:g} s" if err.timed_out else err.last}
 
 
 def run_rounds(args) -> dict:
@@ -275,13 +289,13 @@ def run_rounds(args) -> dict:
         for shape in args.archs:
             for contender in args.contenders:
                 entry = results[shape][contender]
-                if "skipped" in entry:
+                if "skipped" in entry or "failed" in entry:
                     continue
                 steps = args.steps * (20 if shape == "tiny" else 1)
                 r = _child({"contender": contender, "shape": shape, "device": args.device, "steps": steps,
-                            "warmup": max(5, steps // 10)})
-                if "skipped" in r:
-                    entry["skipped"] = r["skipped"]
+                            "warmup": max(5, steps // 10)}, args.timeout)
+                if "skipped" in r or "failed" in r:
+                    entry.update(r)
                     continue
                 entry["rounds"].append(r["steps_per_s"])
                 entry["warmup_s"] = r["warmup_s"]
@@ -305,8 +319,9 @@ def report(results: dict, device: str) -> str:
         lines.append(f"{shape} ({arch}{f' hidden {hidden}' if hidden else ''}, batch {batch}"
                      f"{', one thread' if shape == 'tiny' else ''}):")
         for contender, e in entries.items():
-            if "skipped" in e:
-                lines.append(f"  {contender:<13} skipped: {e['skipped']}")
+            if "skipped" in e or "failed" in e:
+                lines.append(f"  {contender:<13} {'skipped' if 'skipped' in e else 'FAILED'}: "
+                             f"{e.get('skipped') or e['failed']}")
                 continue
             rate = e["steps_per_s"]
             ratios = [f"{rate / fastest_peer:5.2f}x peer" if fastest_peer else "",
@@ -324,23 +339,24 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=50, help="timed steps per measurement (x20 for tiny)")
     parser.add_argument("--rounds", type=int, default=3, help="turns each contender takes; the median is reported")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds a measurement may take (default: no limit)")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(json.loads(args.child))))
         return 0
-    try:
-        results = run_rounds(args)
-    except RuntimeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    results = run_rounds(args)
     print(report(results, args.device))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**provenance(), "device": args.device, "steps": args.steps, "rounds": args.rounds, "results": results}, f,
                       indent=2)
-    return 0
+    failed = [f"{shape}/{c}" for shape, entries in results.items() for c, e in entries.items() if "failed" in e]
+    if failed:
+        print(f"{len(failed)} measurement(s) failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -35,8 +35,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="session")
 def own_trust_list(tmp_path_factory):
-    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.cli.trust)."""
+    """The networks by name the tests trust live in a folder of the session's (bnn_zoo.cli.trust),
+    and so do the steps training compiles (bnn_zoo.runs.compile_cache): train.capture=auto chooses
+    alike in every session."""
     os.environ["BNN_ZOO_HOME"] = str(tmp_path_factory.mktemp("bnn_zoo_home"))
+    os.environ["BNN_ZOO_CACHE"] = str(tmp_path_factory.mktemp("bnn_zoo_cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,8 @@
 """Every script in scripts/ runs with tiny settings (as Pyro's tests/test_examples.py does), and
 prints and writes the figures its library functions compute."""
 import json
+import math
+import os
 import re
 import statistics
 from pathlib import Path
@@ -263,15 +265,53 @@ def test_peers_times_each_contender_in_a_process_of_its_own(tmp_path, capsys):
 def test_a_peer_not_installed_is_skipped_with_the_command_that_installs_it(monkeypatch):
     script = load_script("peers")
 
-    def missing(_script, spec):
+    def missing(_script, spec, timeout=None):
         raise script.ChildFailed(spec, "Traceback ...\nModuleNotFoundError: No module named 'tyxe'", 1)
 
     monkeypatch.setattr(script, "in_own_process", missing)
     assert script._child({"contender": "tyxe"}) == {"skipped": "No module named 'tyxe' (pip install -e .[bench])"}
 
 
-@pytest.mark.parametrize("contender", first_by_default(["zoo", "zoo_traced", "bbb", "bbb_compiled", "tyxe", "bt_reparam",
-                                                        "bt_flipout", "blitz", "twin"]))
+@pytest.mark.slow  # a process a contender
+def test_a_peer_that_fails_is_reported_with_its_reason_and_the_others_are_still_measured(tmp_path, monkeypatch,
+                                                                                        capsys):
+    broken = tmp_path / "site" / "bayesian_torch"  # a peer whose install is broken
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise RuntimeError('a broken install')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(broken.parent), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "peers.json"
+    assert load_script("peers").main(["--archs", "tiny", "--contenders", "zoo_traced", "bt_reparam", "twin",
+                                      "--steps", "2", "--rounds", "2", "--json", str(out)]) == 1
+    results = json.loads(out.read_text())["results"]["tiny"]
+    assert results["bt_reparam"] == {"rounds": [], "failed": "RuntimeError: a broken install"}  # tried once
+    assert len(results["zoo_traced"]["rounds"]) == len(results["twin"]["rounds"]) == 2
+    printed = capsys.readouterr()
+    assert "  bt_reparam    FAILED: RuntimeError: a broken install" in printed.out.splitlines()
+    assert printed.err.strip() == "1 measurement(s) failed: tiny/bt_reparam"
+
+
+PEERS = ["zoo", "zoo_traced", "zoo_compiled", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
+         "twin", "twin_compiled"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("contender", PEERS)
+def test_every_contender_of_the_peers_benchmark_steps_on_the_gpu(contender):
+    """On the device it is given, every tensor of it (TyXe's prior too, which it would make on the
+    CPU): two steps on CUDA give finite losses."""
+    script = load_script("peers")
+    try:
+        with pyro.settings.context(module_local_params=False,
+                                   validate_distributions_torch=pyro.settings.get("validate_distributions_torch")):
+            step = script.training_step(contender, "mnist_mlp", [32], 16, torch.device("cuda"))
+            x, y = torch.randn(16, 1, 28, 28, device="cuda"), torch.randint(0, 10, (16,), device="cuda")
+            losses = [float(step(x, y)) for _ in range(2)]
+    except ModuleNotFoundError as err:
+        pytest.skip(f"{err.name} is not installed (pip install -e .[bench])")
+    assert all(map(math.isfinite, losses))
+
+
+@pytest.mark.parametrize("contender", first_by_default(PEERS))
 def test_every_contender_of_the_peers_benchmark_learns(contender):
     """Each step the speed table times is a working trainer: on y = 3 sin(3x) the tiny network's
     loss falls by more than 30% over 300 steps (it holds a constant: 0.92 nats an example for a Gaussian)."""
@@ -477,40 +517,108 @@ def test_export_pngs_writes_the_folder_layout_own_data_reads(shared_data, tmp_pa
 def test_gpu_check_says_in_one_line_that_there_is_no_cuda(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: scripts/gpu_check.py measures it")
-    assert load_script("gpu_check").main([str(tmp_path / "out")]) == 2
+    assert load_script("gpu_check").main(["--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("no CUDA device here") and not (tmp_path / "out").exists()
 
 
-def test_gpu_check_holds_each_capture_against_pyro_s_and_reports_the_targets(tmp_path, monkeypatch, capsys):
-    """Its plumbing, run here with made-up runs (the GPU's half is gpu_check's to run): losses off
-    Pyro's beyond a capture's tolerance are flagged, the resumed eager run is the compiled one, and
-    every target is tabled met or not."""
+@pytest.mark.slow  # it compiles a step four times
+@pytest.mark.parametrize("order", [True, False])
+def test_cuda_draws_holds_each_call_of_the_compiled_step_against_pyros(order):
+    """Its measurement, run on the CPU (where torch >= 2.14 keeps the draws' order either way): each
+    of the first three calls draws Pyro's numbers."""
+    found = load_script("cuda_draws").measure("toy_mlp", order, cuda_graphs=True, device="cpu")
+    assert [call["call"] for call in found] == [1, 2, 3] and all(call["same"] for call in found), found
+
+
+@pytest.mark.slow  # three training processes
+def test_compile_cache_times_a_cold_a_warm_and_an_uncached_process(tmp_path, shared_data, capsys):
+    out = tmp_path / "cache.json"
+    assert load_script("compile_cache").main(["--train-limit", "256", "--data-root", str(shared_data),
+                                              "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    runs = found["runs"]
+    assert list(runs) == ["cold", "warm", "off"] and all(len(r["epoch_seconds"]) == 2 for r in runs.values())
+    assert found["warm_over_cold"] == runs["warm"]["overhead_s"] / runs["cold"]["overhead_s"]
+    assert f"warm over cold: {found['warm_over_cold']:.2f}x" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # it compiles the step
+def test_step_profile_times_the_training_step(capsys):
+    assert load_script("step_profile").main(["--device", "cpu", "--capture", "trace", "--steps", "3", "--warmup",
+                                             "1", "--profiled", "2"]) == 0
+    found = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert found["capture"] == "trace" and found["finite"] and found["steps_per_s"] > 0
+    assert "aten::" in found["table"]  # torch.profiler's ops, on a CPU without kernels of a device
+
+
+class FakeGPU:
+    """scripts/gpu_check.py's processes, made up (the GPU's half is gpu_check's to run): each takes
+    ``seconds`` of a clock of its own and answers as the real one would; what the report held when
+    each began is kept."""
+
+    def __init__(self, check, out, seconds):
+        self.check, self.out, self.seconds, self.now, self.seen = check, out, seconds, 0.0, []
+
+    def clock(self):
+        return self.now
+
+    def run(self, command, timeout, **env):
+        report = self.out / "gpu_check.json"
+        args = command[1:]
+        named = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+        what = ("draws" if "cuda_draws.py" in args[0] else "pytest" if "pytest" in args else "predict"
+                if args[0] == "-c" else f"train {named.get('train.capture', 'resumed')}")
+        self.seen.append((what, json.loads(report.read_text()) if report.is_file() else None))
+        assert timeout <= 200 - (self.now + 5) + 1e-9  # within what the budget has left
+        self.now += self.seconds
+        if what == "draws":
+            calls = [{"call": k, "loss_gap": 0.0, "grad_gap": 0.0, "same_state": True, "same": True} for k in (1, 2, 3)]
+            return 0, json.dumps({"arch": "lenet", "torch": "2.11", "torch_chains_random_ops": False,
+                                  "variants": {"ordered, CUDA graph": calls}}), self.seconds
+        if what == "pytest":
+            return 1, "PASSED tests/a.py::ok\nFAILED tests/b.py::off - AssertionError\n1 failed, 1 passed", self.seconds
+        if what.startswith("train"):
+            run_dir = Path(named.get("run_dir") or named["resume"])
+            run_dir.mkdir(parents=True, exist_ok=True)
+            epochs = int(named["train.epochs"])
+            eager = named.get("train.capture") == "eager"
+            history = [{"seconds": [9.0, 0.15, 0.17, 2.0][e], "loss": 100.0 / (e + 1) * (1 + 1e-4 * (not eager))}
+                       for e in range(epochs)]
+            (run_dir / "metrics.json").write_text(json.dumps({"bayes": {"history": history, "test/accuracy": 0.98}}))
+            return 0, "the training step: captured and compiled", self.seconds
+        if what == "predict":
+            return 0, "0.2", self.seconds
+        raise AssertionError(f"not a process gpu_check starts: {command}")
+
+
+def test_gpu_check_writes_each_section_as_it_ends_and_skips_what_its_budget_cannot_hold(tmp_path, monkeypatch):
+    """Its plumbing: sections in order, the report rewritten after each (a call cut off keeps what
+    was done), the targets met or missed from the figures, a section the budget left cannot hold
+    skipped and named, two files in OUT ($OUT where no --out is given) and the runs elsewhere."""
     check = load_script("gpu_check")
-    trained = []
-
-    def fake_train(arch, capture, out, data_root, epochs, resume=False, then=None):
-        trained.append((arch, capture, epochs, resume, then))
-        off = {"eager": 0.0, "trace": 0.0, "compile": 1e-4 if arch == "mnist_mlp" else 1e-2}[capture]
-        losses = [2.0 * (1 + off), 1.0 * (1 + off), 0.5][:epochs]
-        return {"ok": True, "seconds": 9.0, "losses": losses, "epoch_seconds": [20.0, 0.25, 0.27][:epochs],
-                "test_accuracy": 0.9}
-
-    monkeypatch.setattr(check, "train", fake_train)
-    monkeypatch.setattr(check, "predict_seconds", lambda run_dir, root: 0.2 if "mnist" in str(run_dir) else 1.5)
+    out = tmp_path / "out"
+    fake = FakeGPU(check, out, seconds=20.0)
+    monkeypatch.setattr(check, "run", fake.run)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "a made-up GPU")
-    assert check.main([str(tmp_path), "--skip", "tests", "peers", "torchrun"]) == 0
-    assert ("mnist_mlp", "eager", 3, True, "compile") in trained and ("lenet", "trace", 3, True, None) in trained
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    training = report["training"]
-    assert training["mnist_mlp/compile"]["same_as_pyro"] and not training["lenet/compile"]["same_as_pyro"]
-    assert training["mnist_mlp/epoch_seconds"] == 0.26 and training["lenet/predict_seconds"] == 1.5
-    text = (tmp_path / "gpu_check.md").read_text()
-    assert "| mnist_mlp epoch seconds | 0.260 | <= 0.3 | yes |" in text
-    assert "| lenet predict seconds | 1.500 | <= 1.0 | NO |" in text
-    assert check.ratios({"results": {"results": {"lenet": {"zoo": {"steps_per_s": 50.0},
-                                                           "zoo_compiled": {"steps_per_s": 175.0}}}}}) == {"lenet": 3.5}
+    monkeypatch.setenv("OUT", str(out))
+    assert check.main(["--data-root", str(tmp_path), "--sections", "draws", "mnist_mlp", "tests", "lenet",
+                       "--budget", "200"], clock=fake.clock) == 0
+    assert [what for what, _ in fake.seen] == ["draws", "train compile", "train resumed", "train compile", "predict",
+                                               "train eager", "pytest"]
+    before_tests = fake.seen[-1][1]
+    assert before_tests["draws"]["ok"] and before_tests["mnist_mlp"]["compile"]["epoch_seconds"] == [9.0, 0.15, 0.17]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["mnist_mlp"]["resumed"]["epoch_seconds"][-1] == 2.0 and report["mnist_mlp"]["same_as_pyro"]
+    assert report["tests"]["failed"] == ["FAILED tests/b.py::off - AssertionError"]
+    assert report["sections"]["lenet"].startswith("skipped: ") and "lenet" not in report  # 140 s were gone
+    text = (out / "gpu_check.md").read_text()
+    assert "| mnist_mlp epoch, compiled (s) | 0.160 | <= 0.2 | yes |" in text
+    assert "| mnist_mlp first epoch after resume (s) | 2.000 | <= 3.0 | yes |" in text
+    assert "| lenet epoch, compiled (s) | not measured | <= 0.3 | - |" in text
+    assert "| python -m pytest -m cuda: failed | 1 | 0 | NO |" in text
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.json", "gpu_check.md"]
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 import uuid
 from contextlib import ExitStack, nullcontext
 
@@ -42,6 +43,7 @@ from ..evaluation.toy_plot import plot_toy
 from ..posterior import KINDS, held_part
 from ..runs.checkpoint import config_dict, replace_config, save_atomic
 from ..runs.checks import check_fitted_kinds, check_network_fits, pick_device
+from ..runs.compile_cache import compile_cache, described
 from ..runs.config import make_config, resolved, with_profile
 from ..runs.cost import Cost
 from ..runs.factory import build_networks
@@ -81,7 +83,7 @@ def train(cfg: DictConfig) -> dict:
     ranks.check(plan.train.members, plan.infer)
     device = ranks.device(pick_device(plan.device))
     run = Run(plan.run_dir)
-    with ranks.joined(device), ExitStack() as held:
+    with ranks.joined(device), compile_cache(plan.train.compile_cache), ExitStack() as held:
         ranks.on_main(lambda: held.enter_context(run.claim(plan.overwrite, resuming=bool(plan.resume))))
         stored = read_for_resume(cfg, run.checkpoint, device) if plan.resume else None
         if stored:  # what the run holds, and what this command adds or drops
@@ -136,7 +138,7 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
-        f"; the training step: {DESCRIBED[bayes.capture]} (train.capture={t.capture})")
+        f"; the training step: {DESCRIBED[bayes.capture]} ({bayes.capture_reason})")
     results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks), "kl_estimator": kl}}
     if t.twin:
         twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint)
@@ -249,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     to run_dir (default runs/ARCH); resume=DIR continues the run in DIR; overwrite=true replaces it.
     """
     parser = cli.command_parser("python -m bnn_zoo.train", main.__doc__)
-    parser.epilog = f"{parser.epilog}\n\n{cli.config_keys()}"
+    cache = textwrap.fill(described(), 100, break_long_words=False, break_on_hyphens=False)  # the folder whole
+    parser.epilog = f"{parser.epilog}\n\n{cache}\n\n{cli.config_keys()}"
     parser.add_argument("args", nargs="*", metavar="CONFIG | key=value")
     args = parser.parse_args(argv).args
     name, overrides = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)

@@ -1,28 +1,29 @@
 """A captured training step: the tensor program of one step of a loss (for SVI: the guide's draws,
-the model, the ELBO with its closed-form KL, and the backward pass) traced once from the Python
-that computes it, here Pyro's own step, and replayed at every later step without that Python.
+the model, the ELBO with its closed-form KL, and the backward pass; with an optimizer, Adam's
+update too) traced once from the Python that computes it, here Pyro's own step, and replayed at
+every later step without that Python.
 
 The trace is ``torch.fx``'s ``make_fx`` over fake tensors (nothing is computed and no random number
 drawn while tracing), of ``torch.func.functional_call`` on the modules' parameters and buffers and
 ``torch.autograd.grad``. A replay draws its random numbers from torch's generator in the order the
 Python would, so it draws the same numbers. ``compiled`` hands the graph to ``torch.compile``
-(inductor fuses the passes over the weights; its ``fallback_random`` keeps torch's generator).
-A step that cannot be traced (a branch on a tensor's value, an op without a fake-tensor rule)
-raises ``NotCaptured`` with the reason in one line.
+(``bnn_zoo.core.compiling``: inductor fuses the passes over the weights and Adam's update into
+them; ``fallback_random`` keeps torch's generator, and the draws are chained in Pyro's order,
+``bnn_zoo.core.ordered_draws``; on CUDA the step is one CUDA graph). A step that cannot be traced
+(a branch on a tensor's value, an op without a fake-tensor rule) raises ``NotCaptured`` with the
+reason in one line.
 
 Usage::
 
     guide(x)                # an autoguide makes its parameters at its first call: before capturing
     step = CapturedStep(lambda x, y: (elbo.differentiable_loss(model, guide, x, y),), [model, guide])
     loss, = step(x, y)      # loss.backward() puts the gradients on the parameters, as Pyro's step would
+    whole = CapturedStep(fn, [model, guide], compiled=True, optimizer=adam)
+    loss, = whole(x, y)     # drawn, differentiated and Adam's step taken
 """
 from __future__ import annotations
 
-import logging
-import types
 import warnings
-import weakref
-from contextlib import contextmanager
 from typing import Callable, Sequence
 
 import pyro
@@ -32,67 +33,51 @@ from torch import nn
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from .adam_in_graph import InGraphAdam, update
+from .compiling import Compiled, KeptStreams, first_line
+
 MODES = ("compile", "trace", "eager")  # with inductor; replayed op by op; Pyro's Python every step
-# A run of at least this many steps pays for what capturing costs (measured on two CPU cores by
-# scripts/peers.py: tracing 0.2-0.5 s and compiling 2-15 s per batch shape, against 1-5 ms saved a step).
-STEPS_TO_TRACE, STEPS_TO_COMPILE = 300, 3000
+# The steps from which capturing pays for what it costs, (trace from, compile from), by the device
+# the step runs on and whether its compiled graph is in the compile cache (a run of the same network
+# and batch shape compiled it before: bnn_zoo.runs.compile_cache). Measured:
+# - cpu, cold: two CPU cores, scripts/peers.py: tracing 0.2-0.5 s and compiling 2-15 s per batch
+#   shape, against 1-5 ms saved a step.
+# - cpu, warm: a second process's compile overhead a fifth of the first's (mnist_mlp on 4,096
+#   images, a loaded 2-core machine: 51.5 s, then 10.4 s; issue 42).
+# - cuda, cold: an H200 (issue 42): the first compiled epoch 19 s (mnist_mlp) and 24 s (lenet) over
+#   the second, 5.8 and 8.6 ms saved a step against Pyro's (143 and 99 steps/s, compiled 808 and 654).
+# - cuda, warm: the same H200, the first epoch of a resumed run 5.5 and 7.5 s over the second.
+# Tracing costs the same everywhere (no compiler) and saves Pyro's Python, which is most of a step.
+# scripts/gpu_check.py measures the GPU's again (its training table: the first epoch cold and warm).
+BREAK_EVEN = {("cpu", False): (300, 3000), ("cpu", True): (300, 600),
+              ("cuda", False): (300, 3000), ("cuda", True): (300, 1000)}
 
 
-def choose(mode: str, steps: int) -> str:
-    """The capture mode ``train.capture=mode`` means for a run of ``steps`` steps: auto is compile
-    for a long run, trace for a shorter one, eager for a short one."""
+def choose(mode: str, steps: int, device: str = "cpu", warm: bool = False) -> str:
+    """The capture mode ``train.capture=mode`` means for a run of ``steps`` steps on a ``device``
+    ("cpu", "cuda"; others count as the CPU), its compiled step in the cache (``warm``) or not:
+    auto is compile for a run long enough to pay for compiling, trace for a shorter one, eager
+    for a short one (``BREAK_EVEN``)."""
     if mode != "auto":
         return mode
-    if steps >= STEPS_TO_COMPILE:
+    trace_from, compile_from = _break_even(device, warm)
+    if steps >= compile_from:
         return "compile"
-    return "trace" if steps >= STEPS_TO_TRACE else "eager"
+    return "trace" if steps >= trace_from else "eager"
 
 
-# Prediction compiles (once per model) from this many predictions, samples x inputs: on two CPU
-# cores compiling costs 2-5 s and saves 24 us (lenet) or 1.5 us (mnist_mlp) a prediction.
-PREDICTIONS_TO_COMPILE = 1_000_000
-_COMPILED_PREDICTIVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its compiled predictive
+def reason(mode: str, steps: int, device: str = "cpu", warm: bool = False) -> str:
+    """Why ``choose`` chose as it did, for the run's log."""
+    if mode != "auto":
+        return f"train.capture={mode}"
+    trace_from, compile_from = _break_even(device, warm)
+    kind = "cuda" if device == "cuda" else "cpu"
+    return (f"train.capture=auto: {steps:,} steps on {kind}, the compiled step {'in' if warm else 'not in'} the "
+            f"compile cache; tracing pays from {trace_from:,} steps, compiling from {compile_from:,}")
 
 
-def predictive(model, compiled: bool) -> Callable:
-    """``f(weights, x)``: the likelihood's predictive of ``model`` (a ``BayesianNet``) at a batch of
-    weight samples; with ``compiled``, compiled by ``torch.compile`` for the shapes of its first
-    call (other shapes, a last partial batch, run plain: each would be a compile of its own), kept
-    while the model lives (not on it: the model still pickles and copies); the plain function, with
-    a warning, where compiling fails."""
-    if not compiled:
-        return _plain(weakref.ref(model))
-    if model not in _COMPILED_PREDICTIVES:
-        plain = _plain(weakref.ref(model))
-        # a code object of its own: TorchDynamo keeps its compiled entries, and their limit of 8,
-        # per code object, so models sharing one would crowd each other out
-        own = types.FunctionType(plain.__code__.replace(), plain.__globals__, plain.__name__,
-                                 plain.__defaults__, plain.__closure__)
-        _COMPILED_PREDICTIVES[model] = _OneShape(
-            _Compiled(own, warnings.warn, "prediction runs uncompiled", cuda_graphs=False), plain)
-    return _COMPILED_PREDICTIVES[model]
-
-
-def _plain(model_ref: weakref.ref) -> Callable:
-    """The predictive of the model ``model_ref`` refers to, holding no reference that keeps it alive."""
-    def plain(weights: dict, x: torch.Tensor) -> torch.Tensor:
-        model = model_ref()
-        return model.likelihood.predictive(model.forward_with(weights, x))
-
-    return plain
-
-
-class _OneShape:
-    """``compiled`` for the shapes (and mode) of its first call, ``plain`` for any other."""
-
-    def __init__(self, compiled: Callable, plain: Callable):
-        self.compiled, self.plain, self.signature = compiled, plain, None
-
-    def __call__(self, weights: dict, x: torch.Tensor) -> torch.Tensor:
-        signature = (tuple(w.shape for w in weights.values()), x.shape, x.dtype, x.device, torch.is_grad_enabled())
-        if self.signature is None:
-            self.signature = signature
-        return (self.compiled if signature == self.signature else self.plain)(weights, x)
+def _break_even(device: str, warm: bool) -> tuple[int, int]:
+    return BREAK_EVEN["cuda" if device == "cuda" else "cpu", bool(warm)]
 
 
 DESCRIBED = {"compile": "captured and compiled", "trace": "captured, replayed op by op",
@@ -119,31 +104,46 @@ class CapturedStep:
     """``fn(*inputs) -> (loss, *figures)`` over the parameters of ``modules``, captured once per
     input signature (shape, dtype, device) and replayed. The loss is differentiable as ``fn``'s was:
     its backward puts on each parameter the gradient the replay computed; the figures come detached.
+    With ``optimizer`` (a plain ``torch.optim.Adam``), a call is the whole training step: the
+    update is applied, the loss and figures come detached, and nothing is left in ``.grad``; the
+    compiled graph holds Adam's update (``bnn_zoo.core.adam_in_graph``), a graph replayed op by op
+    hands its gradients to ``optimizer.step()``, torch's own fused kernel.
 
     Parameters are the modules' ``parameters()`` when the step is made (a module given new ones
     needs a new step; ``load_state_dict`` copies into the old ones); buffers are read and updated
     in place (BatchNorm's running statistics). PyroModules must hold module-local parameters
     (``pyro.settings.set(module_local_params=True)``): with Pyro's global parameter store the trace
     would not see the modules' parameters. A graph is kept per input signature and train/eval mode;
-    plain Python values ``fn`` reads (a KL weight, ``num_data``) are frozen into it. A signature
-    that cannot be captured, or whose replay failed while running (the random streams then as the
-    failed call found them), raises ``NotCaptured`` at each call; the others still replay. A compiled
-    graph that fails while running falls back to the graph replayed op by op. On CUDA each call
-    starts a new step of the CUDA graph: read the last call's results before the next.
+    plain Python values ``fn`` reads (a KL weight, ``num_data``) are frozen into it. ``compiled``
+    compiles the first signature's graph (the batch shape of a run; a last, smaller batch is
+    replayed op by op: a compile of its own would cost more than it saves). A signature that cannot
+    be captured, or whose replay failed while running (the random streams then as the failed call
+    found them), raises ``NotCaptured`` at each call; the others still replay. A compiled graph that
+    fails while running falls back to the graph replayed op by op. On CUDA each call starts a new
+    step of the CUDA graph: read the last call's results before the next. ``cached``: the compiled
+    graph may come from and go to torch's compile caches.
     """
 
     def __init__(self, fn: Callable, modules: Sequence[nn.Module], compiled: bool = False,
-                 note: Callable[[str], None] = warnings.warn):
+                 note: Callable[[str], None] = warnings.warn, optimizer: torch.optim.Optimizer | None = None,
+                 cached: bool = True):
         for module in modules:
             if isinstance(module, AutoGuide) and getattr(module, "prototype_trace", True) is None:
                 raise ValueError(f"the {type(module).__name__} has no parameters yet: call it once "
                                  "(guide(x)) before capturing a step")
         self.root = _Modules(fn, modules)
-        self.compiled, self.note = compiled, note
+        self.compiled, self.note, self.cached = compiled, note, cached
         self.graphs: dict[tuple, Callable | NotCaptured] = {}
         self.params = dict(self.root.named_parameters())
         self.buffers = dict(self.root.named_buffers())
         self.modes = [m for m in self.root.modules()]
+        self.optimizer = optimizer
+        self.adam = None if optimizer is None else InGraphAdam(optimizer, list(self.params.values()))
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether a compiled graph runs (compiled and not fallen back)."""
+        return any(isinstance(g, Compiled) and g.compiled for g in self.graphs.values())
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         key = (tuple((tuple(t.shape), t.dtype, t.device) for t in inputs), tuple(m.training for m in self.modes))
@@ -155,21 +155,34 @@ class CapturedStep:
                 graph = self.graphs[key] = err
         if isinstance(graph, NotCaptured):
             raise graph
-        params, buffers = self.params.values(), self.buffers.values()
-        with _KeptStreams(inputs) as keep:
+        params, buffers = list(self.params.values()), list(self.buffers.values())
+        with KeptStreams(inputs) as keep:
             try:
-                return _Replay.apply(graph, len(params), len(buffers), *params, *buffers, *inputs)
+                if self.optimizer is None:
+                    return _Replay.apply(graph, len(params), len(buffers), *params, *buffers, *inputs)
+                with torch.no_grad():
+                    if isinstance(graph, Compiled):  # the update is in the graph
+                        loss, figures, _ = graph(params, buffers, list(inputs), list(self.adam.moments()))
+                        return (loss, *figures)
+                    loss, figures, grads = graph(params, buffers, list(inputs))
             except Exception as err:  # noqa: BLE001 - the replay failed while running: Pyro's step from now on
                 keep.restore()  # the draws the failed replay took are drawn again by Pyro's step
                 failed = self.graphs[key] = NotCaptured(f"the captured step failed while running "
-                                                        f"({type(err).__name__}: {_first_line(err)})")
+                                                        f"({type(err).__name__}: {first_line(err)})")
                 raise failed from None
+        self.optimizer.zero_grad(set_to_none=True)  # a parameter the step does not reach is not moved
+        for param, grad in zip(params, grads):
+            param.grad = grad
+        self.optimizer.step()
+        return (loss, *figures)
 
     def _capture(self, inputs) -> Callable:
         if not pyro.settings.get("module_local_params"):
             raise NotCaptured("Pyro's global parameter store is in use; capture needs module-local "
                               "parameters (pyro.settings.set(module_local_params=True))")
         root, names, buffer_names = self.root, list(self.params), list(self.buffers)
+        compiling = self.compiled and not any(isinstance(g, Compiled) for g in self.graphs.values())
+        adam = self.adam if compiling else None
 
         def step(params, buffers, inputs):
             state = {**dict(zip(names, params)), **dict(zip(buffer_names, buffers))}
@@ -177,111 +190,31 @@ class CapturedStep:
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             return loss.detach(), [f.detach() for f in figures], list(grads)
 
+        def step_and_update(params, buffers, inputs, moments):
+            loss, figures, grads = step(params, buffers, inputs)
+            with torch.no_grad():
+                update([params[i] for i in adam.index], [grads[i] for i in adam.index], *moments, **adam.constants)
+            return loss, figures, []
+
         if not torch.is_grad_enabled():
             raise NotCaptured("gradients are off (torch.no_grad): a step is captured with its backward pass")
+        arguments = [list(self.params.values()), list(self.buffers.values()), list(inputs)]
         try:
-            graph = make_fx(step, tracing_mode="fake")(list(self.params.values()), list(self.buffers.values()),
-                                                       list(inputs))
+            graph = (make_fx(step_and_update, tracing_mode="fake")(*arguments, list(adam.moments())) if adam else
+                     make_fx(step, tracing_mode="fake")(*arguments))
         except Exception as err:  # noqa: BLE001 - whatever the trace met, the step runs uncaptured
             if "DataDependent" in type(err).__name__:
                 raise NotCaptured(f"the computation branches on a tensor's value ({type(err).__name__}), "
                                   "which a trace would freeze") from None
-            raise NotCaptured(f"{type(err).__name__}: {_first_line(err)}") from None
+            raise NotCaptured(f"{type(err).__name__}: {first_line(err)}") from None
         if dict(self.root.named_parameters()).keys() != self.params.keys():
             raise NotCaptured("the modules made new parameters while traced: make them before the step "
                               "(call the guide once)")
-        if not self.compiled:
+        if not compiling:
             return graph
-        return _Compiled(graph, self.note, "the captured step runs uncompiled", cuda_graphs=True)
-
-
-class _Compiled:
-    """``fn`` compiled by inductor at its first call, with torch's random number generator (with
-    ``cuda_graphs``, in a CUDA graph where its first argument, a list of tensors, is on CUDA); where
-    compiling fails (no C++ compiler, an op inductor lacks), or the compiled function fails while
-    running, ``fn`` itself runs from then on, with a note that ends in ``fallback``, drawing what
-    the compiled one would have."""
-
-    def __init__(self, fn: Callable, note: Callable[[str], None], fallback: str, cuda_graphs: bool):
-        self.fn, self.note, self.fallback, self.cuda_graphs = fn, note, fallback, cuda_graphs
-        self.run, self.cuda = None, False
-
-    def __call__(self, *args):
-        if self.cuda:  # a new step: the CUDA graph's outputs of the last one are no longer read
-            torch.compiler.cudagraph_mark_step_begin()
-        if self.run is not None:
-            return self._running(args)
-        self.cuda = self.cuda_graphs and any(t.is_cuda for t in args[0])
-        cuda_devices = [t.device for t in args[0] if t.is_cuda][:1] if self.cuda else []
-        try:
-            with _compiling(), torch.random.fork_rng(devices=cuda_devices):
-                compiled = torch.compile(self.fn, dynamic=False,
-                                         options={"fallback_random": True, "triton.cudagraphs": self.cuda})
-                out = compiled(*args)
-                rng = torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in cuda_devices]
-        except Exception as err:  # noqa: BLE001 - compiling is an optimization; fn computes the same
-            # the random streams are as they were (fork_rng): fn draws what the compiled one would have
-            self.note(f"torch.compile failed ({type(err).__name__}: {_first_line(err)}); {self.fallback}")
-            self.run = self.fn
-            return self.run(*args)
-        torch.set_rng_state(rng[0])
-        for device, state in zip(cuda_devices, rng[1]):
-            torch.cuda.set_rng_state(state, device)
-        self.run = compiled
-        return out
-
-    def _running(self, args):
-        """The compiled function; where it raises while running (a CUDA graph, a kernel: not only
-        while compiling), ``fn`` from then on, with a note, on the random streams the failed call
-        started from."""
-        if self.run is self.fn:
-            return self.fn(*args)
-        with _KeptStreams(args[0]) as keep:
-            try:
-                return self.run(*args)
-            except Exception as err:  # noqa: BLE001 - fn computes the same, uncompiled
-                keep.restore()
-                self.note(f"the compiled function failed while running ({type(err).__name__}: {_first_line(err)}); "
-                          f"{self.fallback}")
-                self.run, self.cuda = self.fn, False
-                return self.fn(*args)
-
-
-class _KeptStreams:
-    """The random streams (torch's CPU generator, and the GPU's of any CUDA tensor in ``tensors``)
-    as they were when the block began, for ``restore()``: a step that fails part-way through its
-    draws is run again from them, drawing what it would have."""
-
-    def __init__(self, tensors):
-        self.devices = list(dict.fromkeys(t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda))
-
-    def __enter__(self):
-        self.cpu = torch.get_rng_state()
-        self.gpus = [torch.cuda.get_rng_state(d) for d in self.devices]
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def restore(self) -> None:
-        torch.set_rng_state(self.cpu)
-        for device, state in zip(self.devices, self.gpus):
-            torch.cuda.set_rng_state(state, device)
-
-
-@contextmanager
-def _compiling():
-    """Compile without global side effects: TorchDynamo's first compile in a process turns off
-    torch.distributions' argument validation for everyone (``TorchPatcher.patch``); the caller's
-    setting comes back. And without cpp_extension's warning that a CPU-only machine has no CUDA."""
-    logger = logging.getLogger("torch.utils.cpp_extension")
-    level, validating = logger.level, pyro.settings.get("validate_distributions_torch")
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-        pyro.settings.set(validate_distributions_torch=validating)
+        static = [*arguments[0], *arguments[1], *(adam.tensors() if adam else [])]
+        return Compiled(graph, self.note, "the captured step runs uncompiled", cuda_graphs=True, order=True,
+                        cached=self.cached, static=static)
 
 
 class _Replay(torch.autograd.Function):
@@ -301,8 +234,3 @@ class _Replay(torch.autograd.Function):
         scaled = iter(torch._foreach_mul(present, grad_loss) if present else [])  # one call for all
         grads = [None if g is None else next(scaled) for g in ctx.grads]
         return (None, None, None, *grads, *[None] * ctx.n_rest)
-
-
-def _first_line(err: Exception) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else "(no message)"

@@ -19,7 +19,7 @@ from torch import nn
 from torch.func import functional_call
 
 from .bnn import BayesianNet
-from .captured_step import PREDICTIONS_TO_COMPILE, predictive
+from .compiling import PREDICTIONS_TO_COMPILE, predictive
 from .twin import Twin
 
 WeightSource = Union[Callable, dict]  # a guide, or {site name: [S, *shape]} weight samples
@@ -274,7 +274,7 @@ def network_chunks(model: BayesianNet, posterior: WeightSource, x: torch.Tensor,
     """Chunks of the model's predictions (for ``fill_predictions``), the model in eval mode: each
     chunk's weights drawn from a guide in one vectorized trace, or ``num_samples`` evenly spaced
     ones of a dict of samples; ``keep`` ({parameter name: bool mask}) zeroes the weights where False.
-    ``compiled``: the network's pass compiled (``bnn_zoo.core.captured_step.predictive``); None: where there
+    ``compiled``: the network's pass compiled (``bnn_zoo.core.compiling.predictive``); None: where there
     are at least ``PREDICTIONS_TO_COMPILE`` predictions to make."""
     if compiled is None:
         compiled = num_samples * len(x) >= PREDICTIONS_TO_COMPILE

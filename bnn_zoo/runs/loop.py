@@ -56,7 +56,19 @@ def evaluation_interval(t: TrainConfig, epochs: int) -> int:
     return t.eval_every or max(1, epochs // EVALUATIONS)
 
 
-def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSet,
+def training_step(loss_fn: Callable, optimizer) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``step(x, y)``: one optimizer step on ``loss_fn(x, y)`` (a scalar), its value detached."""
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(x, y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def fit(label: str, step: Callable, optimizer, scheduler, train_set: TensorSet,
         t: TrainConfig, epochs: int, history: list, per_example: float,
         after_epoch: Callable[[dict, bool], Optional[bool]], world: Ranks = Ranks()) -> None:
     """The epoch loop shared by the BNN and its twin: minibatches on the device (a rank's share of
@@ -64,7 +76,10 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
     ``after_epoch(record, due)``, where ``due`` says it is time to evaluate and checkpoint (every
     ``evaluation_interval`` epochs and the last); it returns True to stop early.
 
-    ``loss_fn(x, y)`` returns a scalar; ``per_example`` converts it to nats per training example.
+    ``step(x, y)`` takes an optimizer step and returns the minibatch's loss (detached, a scalar);
+    ``per_example`` converts it to nats per training example. Between an epoch's first step and its
+    end nothing reads a tensor's value on the host (no wait on a GPU): the epoch's loss is summed on
+    the device and read once, after it; the progress bar shows the last epoch's.
     """
     batch_size = t.batch_size * world.size  # the global minibatch: train.batch_size on each rank
     steps, every = math.ceil(len(train_set) / batch_size), evaluation_interval(t, epochs)
@@ -77,27 +92,24 @@ def fit(label: str, loss_fn: Callable, optimizer, scheduler, train_set: TensorSe
         total, taken = torch.zeros((), device=train_set.x.device), 0
         batches = train_set.batches(batch_size, generator=world.order(epoch, train_set.x.device))
         bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
-                   desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1)
+                   desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1,
+                   postfix={"last epoch": f"loss {history[-1]['loss']:.4f}"} if history else None)
         for i, (xb, yb) in enumerate(bar):
             xb, yb = world.share(xb, yb)
             if not len(xb):  # an epoch's last minibatch, smaller than the ranks
                 continue
-            optimizer.zero_grad(set_to_none=True)
             with world.draws(epoch * steps + i):
-                loss = loss_fn(xb, yb)
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
+                total += step(xb, yb)
             taken += 1
-            if i % 25 == 0 and not bar.disable:
-                bar.set_postfix(loss=f"{total.item() / (i + 1) * per_example:.4f}", refresh=False)
         if not taken:  # the same on every rank: all stop
             raise ConfigError(f"{len(train_set)} training examples cannot be shared among {world.size} ranks")
         mean_loss = world.mean(total).item() / taken * per_example
         seconds = time.perf_counter() - start
         if not math.isfinite(mean_loss):
             raise TrainingError(f"{label}: the loss became {mean_loss} in epoch {epoch + 1}")
-        scheduler.step()
+        with warnings.catch_warnings():  # a captured step takes Adam's step in its graph, not by optimizer.step()
+            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler.step\(\)` before", UserWarning)
+            scheduler.step()
         record = {"epoch": epoch + 1, "steps": taken, "seconds": seconds, "loss": mean_loss,
                   "lr": optimizer.param_groups[0]["lr"]}
         if not over_epochs.disable:
@@ -158,7 +170,6 @@ def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str
     training examples per second at that pace) and test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
     checkpoints and tests (the others return no test figures). ``t``: the plan's training section;
     ``config``: the run's config as its checkpoints store it."""
-    loss = world.wrap(phase.modules(), phase.loss, splits.train.x.device)
     optimizer = adam(phase.parameters(), phase.lr)
     history: list = []
     if stored:
@@ -170,6 +181,9 @@ def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str
             f" on {world.size} ranks, trained on {stored.get('ranks', 1)}: the global minibatch is now "
             f"{world.size} x train.batch_size" if stored.get("ranks", 1) != world.size else ""))
     scheduler = make_scheduler(optimizer, t, phase.epochs, phase.lr, done=len(history))
+    # DDP averages the gradients as backward makes them: through torch's step on several ranks
+    step = (None if world.launched else phase.updating(optimizer)) or \
+        training_step(world.wrap(phase.modules(), phase.loss, splits.train.x.device), optimizer)
     last = LastCheckpoint(phase.path, phase.lr, stored["epoch"] if stored else None,
                           min(evaluation_interval(t, phase.epochs), phase.epochs))
     patience = Patience(t.patience, history[-1].get("val/nll", math.inf) if history else math.inf)
@@ -198,7 +212,7 @@ def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str
         return world.agree(reached(record, t.stop_at_accuracy) or patience.run_out)
 
     with phase.stepping(), last, cpu_threads(t.threads):
-        fit(phase.label, loss, optimizer, scheduler, splits.train, t, phase.epochs, history,
+        fit(phase.label, step, optimizer, scheduler, splits.train, t, phase.epochs, history,
             phase.per_example, after_epoch, world)
     seconds = statistics.median(h["seconds"] for h in history)
     speed = {"seconds_per_epoch": seconds, "examples_per_second": len(splits.train) / seconds}

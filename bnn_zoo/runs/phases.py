@@ -20,11 +20,12 @@ from typing import Callable, Protocol
 import pyro
 import torch
 
-from ..core.captured_step import CapturedStep, NotCaptured, choose
+from ..core.captured_step import CapturedStep, NotCaptured, choose, reason
 from ..core.elbo import TraceKL_ELBO
 from ..core.predictive import evaluating, predict
 from ..core.reparam import LocalReparameterization
 from ..data.sets import TensorSet
+from . import compile_cache
 from .factory import build_networks, build_twin
 from .plan import Networks
 from .schema import TrainConfig
@@ -38,6 +39,12 @@ def planned_epochs(t: TrainConfig, num_data: int, twin: bool = False) -> int:
     if t.steps is None:
         return t.epochs
     return math.ceil(t.steps / math.ceil(num_data / t.batch_size))
+
+
+def _device_name(device) -> str:
+    """A device as its compiled code depends on it: a GPU by its name."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 class Phase(Protocol):
@@ -58,6 +65,10 @@ class Phase(Protocol):
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """A minibatch's loss, a scalar to minimize."""
+
+    def updating(self, optimizer: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+        """A whole training step of its own with ``optimizer`` (the update included; it returns the
+        minibatch's loss, detached), or None: the loop's, ``loss`` then backward and step."""
 
     def end_epoch(self, record: dict, mean: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Add the phase's own figures of the epoch just done to ``record`` (``mean``: a sum's mean
@@ -80,9 +91,11 @@ class BayesPhase:
     """SVI of the Bayesian network: Adam on the guide's parameters and the model's own (a learned
     prior or noise), the negative ELBO of ``TraceKL_ELBO`` (inside ``LocalReparameterization`` when
     model.reparam=local), its data-fit and KL parts logged per epoch; the step captured as
-    ``train.capture`` says (``bnn_zoo.core.captured_step``). Build and run it with module-local parameters;
-    the steps run without Pyro's argument validation (they cost a third of a mnist_mlp step; the
-    traced run of ``kl_estimators`` before training keeps them on)."""
+    ``train.capture`` says (``bnn_zoo.core.captured_step``; auto weighs the planned steps, the device
+    and whether the compile cache holds the step, ``bnn_zoo.runs.compile_cache``), Adam's update
+    in it. Build and run it with module-local parameters; the steps run without Pyro's argument
+    validation (they cost a third of a mnist_mlp step; the traced run of ``kl_estimators`` before
+    training keeps them on)."""
 
     label = "bayes"
     sampled = True
@@ -96,13 +109,27 @@ class BayesPhase:
         self.epochs = planned_epochs(t, num_data)
         self.per_example = 1.0 / num_data
         self._data_fit = torch.zeros((), device=device)  # summed over the epoch's minibatches
-        self.capture = choose(t.capture, self.epochs * math.ceil(num_data / t.batch_size))
+        self.cached = t.compile_cache
+        # what the compiled step depends on: a run with the same compiles the same graph
+        recipe = networks.recipe
+        self.signature = repr((torch.__version__, _device_name(device), networks.model, networks.target_stats,
+                               f"{recipe.make_net.__module__}.{recipe.make_net.__qualname__}", recipe.input_shape,
+                               recipe.likelihood, recipe.classes, num_data, t.batch_size, t.elbo, t.num_particles,
+                               t.kl_weight, sorted((n, tuple(p.shape)) for n, p in self._named_parameters())))
+        steps, kind = self.epochs * math.ceil(num_data / t.batch_size), torch.device(device).type
+        warm = t.compile_cache and compile_cache.warm(self.signature)
+        self.capture = choose(t.capture, steps, kind, warm)
+        self.capture_reason = reason(t.capture, steps, kind, warm)
         self._captured = None if self.capture == "eager" else \
-            CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log)
+            CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log,
+                         cached=self.cached)
         self._uncaptured: set[str] = set()  # why a step was not captured, said once each
 
     def parameters(self) -> list[torch.Tensor]:
         return [*self.guide.parameters(), *self.model.parameters()]
+
+    def _named_parameters(self):
+        return torch.nn.ModuleList([self.model, self.guide]).named_parameters()
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.guide, self.model]
@@ -116,12 +143,41 @@ class BayesPhase:
         try:
             loss, data_fit = (self._captured or self._loss_and_data_fit)(x, y)
         except NotCaptured as err:  # for this batch shape: the others stay captured
-            if str(err) not in self._uncaptured:
-                self._uncaptured.add(str(err))
-                self.log(f"train.capture={self.capture}: cannot capture the step ({err}); it runs uncaptured")
+            self._say_uncaptured(err)
             loss, data_fit = self._loss_and_data_fit(x, y)
         self._data_fit = self._data_fit + data_fit
         return loss
+
+    def updating(self, optimizer: torch.optim.Optimizer):
+        """The captured step with Adam's update in it (compiled: in its graph); None for eager."""
+        if self.capture == "eager":
+            return None
+        whole = CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile",
+                             self.log, optimizer=optimizer, cached=self.cached)
+        marked = [not self.cached]  # the compile cache's note that it holds this step, once
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            try:
+                loss, data_fit = whole(x, y)
+            except NotCaptured as err:  # Pyro's step and torch's Adam, for this batch shape
+                self._say_uncaptured(err)
+                optimizer.zero_grad(set_to_none=True)
+                loss, data_fit = self._loss_and_data_fit(x, y)
+                loss.backward()
+                optimizer.step()
+                loss = loss.detach()
+            if not marked[0] and whole.is_compiled:
+                marked[0] = True
+                compile_cache.mark(self.signature)
+            self._data_fit = self._data_fit + data_fit
+            return loss
+
+        return step
+
+    def _say_uncaptured(self, err: NotCaptured) -> None:
+        if str(err) not in self._uncaptured:
+            self._uncaptured.add(str(err))
+            self.log(f"train.capture={self.capture}: cannot capture the step ({err}); it runs uncaptured")
 
     def end_epoch(self, record: dict, mean) -> None:
         data_fit = mean(self._data_fit).item() / record["steps"] / self.num_data
@@ -143,7 +199,8 @@ class BayesPhase:
 
 class TwinPhase:
     """Maximum likelihood of the deterministic twin (with dropout when train.twin_dropout > 0),
-    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior``'s)."""
+    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior``'s); its steps, as the
+    Bayesian network's, without argument validation."""
 
     label = "twin"
     per_example = 1.0
@@ -162,6 +219,9 @@ class TwinPhase:
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.twin.loss(x, y)
 
+    def updating(self, optimizer: torch.optim.Optimizer) -> None:
+        return None  # the loop's step: the plain network's backward is all of it
+
     def end_epoch(self, record: dict, mean) -> None:
         pass  # the loop's loss is the whole story
 
@@ -177,4 +237,4 @@ class TwinPhase:
         self.twin.load_state_dict(stored["net"])
 
     def stepping(self):
-        return nullcontext()
+        return pyro.validation_enabled(False)  # its check of the likelihood's arguments reads them on the host

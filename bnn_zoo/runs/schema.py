@@ -98,10 +98,16 @@ class TrainConfig:
     # when other work shares the cores: the table configs take 1.
     threads: Optional[int] = None
     # The Bayesian network's training step captured once and replayed (bnn_zoo.core.captured_step): compile
-    # (torch.compile fuses it; on CUDA in a CUDA graph), trace (replayed op by op, no compiler),
-    # eager (Pyro's Python every step), auto (compile from 3,000 planned steps, trace from 300,
-    # eager below: bnn_zoo.core.captured_step.choose). The same draws either way.
+    # (torch.compile fuses it with Adam's update; on CUDA one CUDA graph), trace (replayed op by op,
+    # no compiler), eager (Pyro's Python every step), auto (by the planned steps, the device and
+    # whether the compiled step is in the compile cache: on a CPU compile from 3,000 steps, 600 with
+    # the cache warm, trace from 300, eager below; bnn_zoo.core.captured_step.choose). The same
+    # draws either way.
     capture: str = "auto"
+    # Keep compiled steps across processes in the compile cache (bnn_zoo.runs.compile_cache.folder:
+    # $BNN_ZOO_CACHE, by default ~/.cache/bnn_zoo/compile), so a resumed run, or another of the same
+    # network and batch shape, loads its step instead of compiling it; false: compile afresh, keep nothing.
+    compile_cache: bool = True
     # Posteriors fitted after training around each member's twin (bnn_zoo.posterior: laplace_last_layer,
     # laplace_kfac, swag, sgmcmc, or a kind registered by name), their states in RUN_DIR/fitted.pt,
     # each bound to the twin it was fitted around (bnn_zoo.runs.fits). A resume adds these to the

@@ -15,7 +15,7 @@ from torch import nn
 
 from bnn_zoo import bayesian, build
 from bnn_zoo.cli.train import train
-from bnn_zoo.core.captured_step import STEPS_TO_COMPILE, STEPS_TO_TRACE, CapturedStep, NotCaptured, choose
+from bnn_zoo.core.captured_step import BREAK_EVEN, CapturedStep, NotCaptured, choose, reason
 from bnn_zoo.core.elbo import TraceKL_ELBO
 from bnn_zoo.core.reparam import LocalReparameterization
 from bnn_zoo.runs.loop import adam
@@ -104,6 +104,64 @@ def test_a_replayed_step_is_pyros_step_on_the_same_draws(arch, reparam):
 def test_a_compiled_step_is_pyros_step_on_the_same_draws(arch):
     eager = one_step(*pair(arch), "local", "eager")
     assert_same(eager, one_step(*pair(arch), "local", "compile"), exact=False)
+
+
+def whole_steps(model, guide, x, y, capture: str, lrs=(0.01, 0.003, 0.003)):
+    """Training steps at the learning rates ``lrs`` (changed between steps, as a schedule does):
+    (loss and data fit of each, Adam's moments and step counts, parameters after, random state
+    after). Eager: Pyro's step, backward, torch's fused Adam; captured: the whole step with Adam's
+    update in it."""
+    elbo = TraceKL_ELBO()
+
+    def loss_and_data_fit(x, y):
+        loss, parts = elbo.loss_and_parts(model, guide, x, y)
+        return loss, parts.data_fit
+
+    modules = [model, guide]
+    params = dict(nn.ModuleList(modules).named_parameters())
+    optimizer, figures = adam(params.values(), lrs[0]), []
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
+        step = None if capture == "eager" else CapturedStep(loss_and_data_fit, modules, capture == "compile",
+                                                            note=pytest.fail, optimizer=optimizer)
+        pyro.set_rng_seed(1)
+        for lr in lrs:
+            optimizer.param_groups[0]["lr"] = lr
+            if step is None:
+                optimizer.zero_grad()
+                loss, data_fit = loss_and_data_fit(x, y)
+                loss.backward()
+                optimizer.step()
+            else:
+                loss, data_fit = step(x, y)
+                assert not loss.requires_grad
+            figures.append(torch.stack([loss.detach(), data_fit]))
+    moments = {f"{n}/{k}": optimizer.state[p][k].clone() for n, p in params.items()
+               for k in ("exp_avg", "exp_avg_sq", "step")}
+    states = [torch.get_rng_state(), *([torch.cuda.get_rng_state()] if x.is_cuda else [])]
+    return torch.stack(figures), moments, {n: p.detach().clone() for n, p in params.items()}, states
+
+
+def assert_same_steps(eager, captured, exact: bool):
+    assert all(map(torch.equal, eager[3], captured[3])), "the steps drew another number of random numbers"
+    for what, a, b in (("losses", {"": eager[0]}, {"": captured[0]}), ("moment", eager[1], captured[1]),
+                       ("parameter", eager[2], captured[2])):
+        assert a.keys() == b.keys()
+        for name in a:
+            close = torch.equal(a[name], b[name]) if exact else \
+                bool((a[name] - b[name]).abs().max() <= 1e-5 * a[name].abs().max() + 1e-6)
+            assert close, f"{what} {name} differs by {(a[name] - b[name]).abs().max().item():.3g}"
+
+
+@pytest.mark.parametrize("capture", ["trace", "compile"])
+def test_the_whole_step_with_adam_in_it_is_pyros_step_and_torchs_adam(capture):
+    """Captured with the optimizer, a step draws, differentiates and takes Adam's step as Pyro's
+    step and torch's fused Adam do: the same losses, Adam's moments (its first moment is the
+    gradient's running mean: the same gradients), step counts and parameters, at learning rates
+    that change between steps; replayed op by op bit for bit, compiled to float32 rounding."""
+    captured = whole_steps(*pair("mnist_mlp"), capture)
+    assert_same_steps(whole_steps(*pair("mnist_mlp"), "eager"), captured, exact=capture == "trace")
+    start = dict(nn.ModuleList(pair("mnist_mlp")[:2]).named_parameters())
+    assert all(not torch.equal(captured[2][n], start[n]) for n in start)  # every parameter was moved
 
 
 @pytest.mark.parametrize("guide", ["lowrank", "delta"])
@@ -205,12 +263,27 @@ def test_when_compiling_fails_the_traced_step_runs_with_a_note(monkeypatch):
         assert_same(eager, one_step(*pair("toy_mlp"), "weights", "compile"), exact=True)
 
 
-def test_auto_captures_where_the_run_is_long_enough_to_pay_for_it():
-    assert choose("auto", STEPS_TO_TRACE - 1) == "eager"
-    assert choose("auto", STEPS_TO_TRACE) == "trace"
-    assert choose("auto", STEPS_TO_COMPILE - 1) == "trace"
-    assert choose("auto", STEPS_TO_COMPILE) == "compile"
-    assert choose("eager", 10 ** 6) == "eager" and choose("trace", 1) == "trace"
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("warm", [False, True])
+def test_auto_captures_where_the_run_is_long_enough_to_pay_for_it(device, warm):
+    trace_from, compile_from = BREAK_EVEN[device, warm]
+    assert choose("auto", trace_from - 1, device, warm) == "eager"
+    assert choose("auto", trace_from, device, warm) == "trace"
+    assert choose("auto", compile_from - 1, device, warm) == "trace"
+    assert choose("auto", compile_from, device, warm) == "compile"
+    assert choose("eager", 10 ** 6, device, warm) == "eager" and choose("trace", 1, device, warm) == "trace"
+    assert choose("auto", compile_from, "mps", warm) == choose("auto", compile_from, "cpu", warm)  # as the CPU
+
+
+def test_a_warm_compile_cache_compiles_shorter_runs_and_the_log_says_why():
+    """A run of 1,000 steps compiles where the cache holds its step (on a CPU from 600 steps, on
+    CUDA from 1,000) and traces where it does not (compiling pays from 3,000)."""
+    assert [choose("auto", 1000, device, warm) for device in ("cpu", "cuda") for warm in (False, True)] == \
+        ["trace", "compile", "trace", "compile"]
+    assert reason("auto", 1000, "cuda", True) == (
+        "train.capture=auto: 1,000 steps on cuda, the compiled step in the compile cache; tracing pays from 300 "
+        "steps, compiling from 1,000")
+    assert reason("trace", 1000, "cuda", True) == "train.capture=trace"
 
 
 @pytest.mark.slow  # a few seconds; CI runs it under -m slow
@@ -263,7 +336,7 @@ def test_compiling_leaves_the_callers_settings_as_they_were():
 def test_a_compiled_prediction_goes_with_its_model_which_still_copies_and_pickles():
     import pickle
 
-    from bnn_zoo.core.captured_step import _COMPILED_PREDICTIVES
+    from bnn_zoo.core.compiling import _COMPILED_PREDICTIVES
     from bnn_zoo.core.predictive import predict
 
     model, guide, x, _ = pair("mnist_mlp")
@@ -386,6 +459,15 @@ def test_on_cuda_the_captured_step_is_pyros_step_on_the_same_draws(arch, capture
     torch.cuda.manual_seed(1)
     captured = one_step(*on_cuda(*pair(arch)), "weights", capture)
     assert_same(eager, captured, exact=capture == "trace")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("capture", ["trace", "compile"])
+def test_on_cuda_the_whole_step_with_adam_in_it_is_pyros_step_and_torchs_adam(capture):
+    """On the GPU (compiled: drawing, ELBO, backward and Adam's update in one CUDA graph), three
+    steps at changing learning rates are Pyro's and torch's fused Adam's, on the GPU's draws."""
+    eager = whole_steps(*on_cuda(*pair("mnist_mlp")), "eager")
+    assert_same_steps(eager, whole_steps(*on_cuda(*pair("mnist_mlp")), capture), exact=capture == "trace")
 
 
 @pytest.mark.cuda

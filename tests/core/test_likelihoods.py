@@ -13,7 +13,7 @@ from bnn_zoo.core.nets import MLP
 from bnn_zoo.data.sets import TensorSet
 from bnn_zoo.evaluation.plots import variance_parts
 from bnn_zoo.runs.config import make_config
-from bnn_zoo.runs.loop import fit
+from bnn_zoo.runs.loop import fit, training_step
 
 
 @pytest.mark.parametrize("arch", ZOO)
@@ -99,8 +99,8 @@ def _train(model, guide, x, y, epochs, batch_size, lr):
     optimizer = torch.optim.Adam([*guide.parameters(), *model.parameters()], lr=lr)
     t = make_config(None, [f"train.batch_size={batch_size}", "train.progress=false"]).train
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    fit("bayes", TraceMeanField_ELBO()(model, guide), optimizer, scheduler, TensorSet(x, y), t, epochs,
-        [], 1.0 / len(x), lambda record, due: None)
+    fit("bayes", training_step(TraceMeanField_ELBO()(model, guide), optimizer), optimizer, scheduler, TensorSet(x, y),
+        t, epochs, [], 1.0 / len(x), lambda record, due: None)
 
 
 def test_homoscedastic_noise_recovers_a_known_scale():

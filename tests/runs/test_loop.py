@@ -1,14 +1,17 @@
 """The one training loop's plan and early stopping, for both phases: the epochs train.steps makes,
 evaluations about 50 times a run, the CPU threads it trains on, a stop after train.patience
-evaluations without a better validation NLL with the best evaluation's weights kept, and a resumed
-run that stopped early."""
+evaluations without a better validation NLL with the best evaluation's weights kept, a resumed
+run that stopped early, and an epoch's steps that read no tensor on the host."""
 import itertools
 
 import pytest
 import torch
 from conftest import tiny_config
+from helpers import these_by_default
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from bnn_zoo.cli.train import config_for_run, train
+from bnn_zoo.data.sets import TensorSet
 from bnn_zoo.runs.checkpoint import CHECKPOINT, TWIN_CHECKPOINT, read
 from bnn_zoo.runs.config import make_config, resolved
 from bnn_zoo.runs.loop import evaluation_interval
@@ -121,3 +124,38 @@ def test_a_run_stopped_early_resumes_from_its_best_evaluation_to_the_same_end(tm
     longer = train(config_for_run(None, [f"resume={tmp_path / 'run'}", "train.patience=6"]))
     assert longer["bayes"]["history"][:best] == metrics["bayes"]["history"][:best]
     assert len(longer["bayes"]["history"]) >= min(200, best + 6)
+
+
+class NoHostReads(TorchDispatchMode):
+    """Fails on any read of a tensor's value on the host (``.item()``, ``float()``, a branch on a
+    tensor, ``.tolist()``: each is ``aten._local_scalar_dense``, a wait for the GPU there)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise AssertionError("a tensor's value was read on the host between two steps of an epoch")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("capture", these_by_default(["eager", "trace", "compile"], kept=["eager", "trace"]))
+def test_nothing_reads_a_tensor_on_the_host_between_the_steps_of_an_epoch(capture, tmp_path, monkeypatch, capsys):
+    """The real loop (both phases, 8 steps an epoch) with every epoch after the first (where the step
+    is captured and compiled) run under a dispatch mode that fails on a host read: the loop, the
+    captured step with Adam's update and the twin's plain step read nothing until the epoch ends,
+    where its figures are read once. Pyro's own step (eager) reads nothing either."""
+    batches, watched = TensorSet.batches, []
+
+    def watching(self, *args, **kwargs):
+        watched.append(len(watched) % 3 != 0)  # 3 epochs a phase: not the first
+        if not watched[-1]:
+            yield from batches(self, *args, **kwargs)
+            return
+        with NoHostReads():
+            yield from batches(self, *args, **kwargs)
+
+    monkeypatch.setattr(TensorSet, "batches", watching)
+    metrics = train(table_config(tmp_path, **{"train.epochs": 3, "train.batch_size": 8, "train.capture": capture}))
+    assert [h["steps"] for h in metrics["bayes"]["history"] + metrics["twin"]["history"]] == [8] * 6
+    assert watched == [False, True, True] * 2
+    log = capsys.readouterr().out
+    assert "runs uncompiled" not in log and "runs uncaptured" not in log
+    assert f"train.capture={capture}" in log
