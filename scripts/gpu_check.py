@@ -40,7 +40,7 @@ TRAIN = ["device=cuda", "train.progress=false", "train.twin=false", "abstention.
 RESERVE = 5.0  # seconds kept for writing the report after the last process
 SAME_AS_PYRO = 1e-3  # a compiled run's epoch losses against Pyro's on the same draws (float32 rounding)
 # The least each section needs (a guess from issue 42's H200 run; a section is skipped below it) and the most it gets
-NEEDS = {"draws": (25, 60), "mnist_mlp": (60, 120), "tests": (40, 120), "profile": (20, 45), "peers": (50, 120),
+NEEDS = {"draws": (25, 60), "mnist_mlp": (60, 120), "tests": (40, 120), "profile": (20, 45), "peers": (100, 220),
          "lenet": (60, 120), "torchrun": (25, 60), "recipe": (150, 600)}
 
 
@@ -62,8 +62,9 @@ class Budget:
 
 
 def run(command: list[str], timeout: float, **env) -> tuple[int, str, float]:
-    """(exit code, stdout and stderr's last 4,000 characters, seconds) of a command in the checkout
-    (its bnn_zoo imported, installed or not); -1 where it ran past ``timeout``."""
+    """(exit code, its stdout then stderr, seconds) of a command in the checkout (its bnn_zoo
+    imported, installed or not); -1 where it ran past ``timeout``. Whole: a JSON line is read from it
+    before any of it is cut to keep in the report."""
     start = time.perf_counter()
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     try:
@@ -73,7 +74,7 @@ def run(command: list[str], timeout: float, **env) -> tuple[int, str, float]:
     except subprocess.TimeoutExpired as err:
         tail = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
         code, out = -1, f"{tail}\ntimed out after {timeout:.0f} s"
-    return code, out[-4000:], time.perf_counter() - start
+    return code, out, time.perf_counter() - start
 
 
 def last_json(text: str):
@@ -162,7 +163,8 @@ def predict_seconds(c: Check, run_dir: Path) -> float:
 def check_tests(c: Check) -> dict:
     parallel = ["-n", "4"] if importlib.util.find_spec("xdist") else []
     code, tail, seconds = run([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-rA", "-p", "no:cacheprovider",
-                               *parallel], c.budget.timeout(NEEDS["tests"][1]), BNN_ZOO_DATA=c.args.data_root)
+                               "-p", "no:logging", "--tb=short", *parallel],  # a failure's reason, not its logs
+                              c.budget.timeout(NEEDS["tests"][1]), BNN_ZOO_DATA=c.args.data_root)
     lines = tail.strip().splitlines()
     outcomes = [line for line in lines if line.startswith(("PASSED", "FAILED", "ERROR", "SKIPPED"))]
     return {"ok": code == 0, "seconds": seconds, "summary": lines[-1] if lines else "", "outcomes": outcomes,
@@ -181,7 +183,7 @@ def check_peers(c: Check) -> dict:
     timeout = c.budget.timeout(NEEDS["peers"][1])
     code, tail, seconds = run([PYTHON, "scripts/peers.py", "--device", "cuda", "--rounds", "1", "--steps", "200",
                                "--archs", "mnist_mlp", "lenet", "--contenders", "zoo_compiled", "twin", "twin_compiled",
-                               "--timeout", f"{timeout / 6:.0f}", "--json", str(out)], timeout, **c.env)
+                               "--timeout", f"{max(50.0, timeout / 6):.0f}", "--json", str(out)], timeout, **c.env)
     if not out.is_file():
         return {"ok": False, "seconds": seconds, "error": tail[-1500:]}
     results = json.loads(out.read_text())["results"]
