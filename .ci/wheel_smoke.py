@@ -28,7 +28,9 @@ from bnn_zoo.shipped import EXAMPLE  # MNIST's first test digit, a 7, as package
 assert "site-packages" in str(EXAMPLE) and EXAMPLE.is_file(), f"the example digit is not in the wheel ({EXAMPLE})"
 done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "lenet", "seven.png", "noise.png", str(EXAMPLE),
                        "--json"], capture_output=True, text=True, check=True)
-seven_answer, noise_answer, example_answer = json.loads(done.stdout)
+found = json.loads(done.stdout)  # {"answers": [...], "errors": [...], "alarm": {...}}
+assert found["errors"] == [] and found["alarm"]["alarm_at"] is None, (found["errors"], found["alarm"])
+seven_answer, noise_answer, example_answer = found["answers"]
 assert seven_answer["answer"] == 7 and noise_answer["answer"] is None, (seven_answer, noise_answer)
 assert example_answer["answer"] == 7, example_answer
 assert bnn_zoo.runs.config.load_config("lenet").arch == "lenet", "the configs are not in the wheel"

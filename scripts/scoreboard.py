@@ -56,7 +56,8 @@ IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
     *((f"{header} @{target:.0%}", percent, lambda t, target=target, name=name: getattr(t.set_figures(target), name, None))
       for target in TARGETS for header, percent, name in (("sets: coverage", True, "coverage"), ("size", False, "size")))]
 PER_SET: list[tuple[str, bool, Callable[[OODResult], float | None]]] = [
-    ("refused", True, lambda o: o.refused), ("refused, quantile rule", True, lambda o: o.refused_by_quantile_rule),
+    ("refused", True, lambda o: o.refused), ("refused in a stream", True, lambda o: o.refused_in_stream),
+    ("refused, quantile rule", True, lambda o: o.refused_by_quantile_rule),
     ("AUROC H", False, lambda o: o.by_entropy.auroc), ("AUPR H", False, lambda o: o.by_entropy.aupr),
     ("FPR95 H", False, lambda o: o.by_entropy.fpr95),
     ("AUROC MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.auroc),
@@ -89,6 +90,11 @@ class ScoredRun:
         a set holding both), None where there are none."""
         return _mean([o.refused if o.handled is None else o.handled for o in (result.ood[n] for n in self.near)])
 
+    def near_refused_in_stream(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean refused over the near sets, each answered as one stream with the
+        after-alarm rule acting (``OODResult.refused_in_stream``), None where not measured."""
+        return _mean([o.refused_in_stream for n in self.near if (o := result.ood[n]).refused_in_stream is not None])
+
     def near_density_auroc(self, result: PosteriorResult) -> float | None:
         """A posterior's mean AUROC by the feature density over the near sets, None without one."""
         return _mean([o.by_feature_density.auroc for n in self.near if (o := result.ood[n]).by_feature_density])
@@ -98,7 +104,8 @@ class ScoredRun:
         return _mean([result.ood[n].best_auroc for n in self.near])
 
     def to_dict(self) -> dict:
-        near = {part: {"refused": self.near_refused(r), "auroc": self.near_auroc(r),
+        near = {part: {"refused": self.near_refused(r), "refused_in_stream": self.near_refused_in_stream(r),
+                       "auroc": self.near_auroc(r),
                        "density_auroc": self.near_density_auroc(r)}
                 for part, r in self.evaluation.posteriors.items()}
         return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
@@ -174,14 +181,15 @@ def _cell(value, percent: bool) -> str:
 
 def markdown(runs: dict[str, ScoredRun]) -> str:
     lines = ["| run | model | rule | " + " | ".join(header for header, _, _ in IN_DISTRIBUTION) +
-             " | near-OOD refused (mean; overlaid: or both in the set) |", "|" + " --- |" * (len(IN_DISTRIBUTION) + 4)]
+             " | near-OOD refused (mean; overlaid: or both in the set) | near-OOD refused, each set one stream (mean) |",
+             "|" + " --- |" * (len(IN_DISTRIBUTION) + 5)]
     for name, run in runs.items():
         for r in run.evaluation.posteriors.values():
             short = {"mutual_information": "MI", "entropy": "H", "feature_density": "-log density"}
             rule = f"q>={r.rule.threshold}" + (f", {short[r.rule.signal]}<={r.rule.cut:.3g}" if r.rule.signal else "")
             cells = [_cell(figure(r.test), percent) for _, percent, figure in IN_DISTRIBUTION]
             lines.append(f"| {name} | {r.posterior} | {rule} | " + " | ".join(cells) +
-                         f" | {_cell(run.near_refused(r), True)} |")
+                         f" | {_cell(run.near_refused(r), True)} | {_cell(run.near_refused_in_stream(r), True)} |")
     for name, run in runs.items():
         fonts = f" (letters drawn in {len(run.letter_fonts)} fonts)" if run.letter_fonts else ""
         lines += ["", f"**{name}**: out-of-distribution sets against its test set{fonts}", "",

@@ -13,22 +13,24 @@ folder of the machine that built it (``bnn_zoo.runs.portable``); ``--portable`` 
 shipped before so, and nothing else (no data needed: weights, calibration and the weights' digests
 stay as they were).
 
+``--recertify`` certifies everything again on the shipped weights, as ``python -m bnn_zoo.certify``
+certifies a run, its config changed first by ``--override KEY=VALUE``.
+
 Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR] [--alarm-only | --after-alarm-only]
+       python scripts/ship_sets.py lenet --recertify --override data.remade=true
        python scripts/ship_sets.py --portable      # every shipped posterior (or those named)
 """
 import sys
 
 import pyro
 
-from bnn_zoo.abstain.certify import density_cuts
-from bnn_zoo.abstain.density import DENSITY_INPUTS
 from bnn_zoo.abstain.rule import DENSITY, Rule
 from bnn_zoo.cli import options as cli
 from bnn_zoo.cli.certify import after_alarm_entry, after_alarm_line, certify_trained, validation_set
 from bnn_zoo.core.predictive import seeded
-from bnn_zoo.data.sets import run_split
-from bnn_zoo.posterior import TWIN_SCALED, certifying
-from bnn_zoo.runs.checkpoint import read, save_atomic
+from bnn_zoo.posterior import KINDS, TWIN_SCALED, certifying
+from bnn_zoo.runs.checkpoint import config_dict, read, save_atomic, stored_config
+from bnn_zoo.runs.config import make_config
 from bnn_zoo.runs.loading import SHIPPED, load, shipped_names
 from bnn_zoo.runs.portable import make_portable, portable
 from bnn_zoo.runs.trained import posteriors, sampled_probs
@@ -62,6 +64,31 @@ def ship_sets(name: str, data_root: str | None = None, seed: int = 0, alarm_only
     return {part: (sets, *sets.coverage_and_size(sampled[part], labels)) for part, sets in trained.sets.items()}
 
 
+@pyro.settings.context(module_local_params=True)
+def recertify(name: str, data_root: str | None = None, overrides: list[str] | None = None, seed: int = 0) -> dict:
+    """Certify ``name`` again on its shipped weights as certification certifies a run
+    (``certify_trained``: each rule, its after-alarm rule, sets, alarm reference, the scaled twin's
+    temperature), its config first changed by ``overrides`` (KEY=VALUE, as train takes them:
+    data.remade=true), and write it all into its file, its weights kept; returns the entries."""
+    path = SHIPPED / f"{name}.pt"
+    state = read(path)
+    if any(entry.get("rule", {}).get("signal") == DENSITY for entry in state["calibration"].values()
+           if isinstance(entry, dict)):
+        raise ValueError(f"{name}'s twin gates on its feature density, which --recertify does not fit again: "
+                         "certify its run (python -m bnn_zoo.certify RUN_DIR --twin-signal feature_density) and ship it")
+    if overrides:
+        save_atomic({**state, "config": portable(config_dict(make_config(stored_config(state, path), overrides)))}, path)
+    trained = load(name)
+    a = trained.config.abstention
+    x, labels = validation_set(trained, data_root)
+    certified = certify_trained(trained, x, labels, a.risk, a.delta, a.max_refusal, a.signal, a.quantile, a.samples,
+                                a.alpha, a.set_score, seed, a.after_alarm_refusal, a.after_alarm_quantile)
+    state = read(path)
+    kept = {key: entry for key, entry in state["calibration"].items() if key not in KINDS}  # the weights it certified
+    save_atomic({**state, "calibration": {**kept, **certified}}, path)
+    return certified
+
+
 def portable_files(name: str) -> dict[str, bool]:
     """``name``'s shipped files (NAME.pt, NAME_twin.pt) rewritten without a folder of the machine
     that built them; {file name: whether it changed}."""
@@ -86,15 +113,11 @@ def ship_after_alarm(name: str, data_root: str | None = None, seed: int = 0) -> 
         if "rule" not in entry:
             continue
         rule, held = Rule.from_dict(entry["rule"]), certifying(part, len(labels))
-        gate = {}
-        if rule.signal == DENSITY:  # its cuts from the first training images' scores, as certify_density_gate's
-            density, rung = trained.densities[part], rungs[part]
-            x_train, _ = run_split(trained.config.data, "train", data_root, DENSITY_INPUTS)
-            gate = {"cuts": density_cuts(density.score(rung.features(x_train.to(trained.device)))),
-                    "density": density.score(rung.features(x[held]))}
-        signal = a.signal if probs.shape[0] > 1 else "entropy"  # the gate certification tried
+        density = None
+        if rule.signal == DENSITY:  # the gate's scores of the certifying inputs, as certify_density_gate's
+            density = trained.densities[part].score(rungs[part].features(x[held]))
         found[part] = after_alarm_entry(probs[:, held], labels[held], rule, entry["risk"], entry["delta"],
-                                        a.after_alarm_refusal, a.after_alarm_quantile, signal, **gate)
+                                        a.after_alarm_refusal, a.after_alarm_quantile, density)
     path = SHIPPED / f"{name}.pt"
     state = read(path)
     for part, entry in found.items():
@@ -111,6 +134,10 @@ def main(argv=None) -> int:
     only = parser.add_mutually_exclusive_group()
     only.add_argument("--alarm-only", action="store_true", help="add the shift alarm's references alone")
     only.add_argument("--after-alarm-only", action="store_true", help="add the after-alarm rules alone")
+    only.add_argument("--recertify", action="store_true",
+                      help="certify every rule, after-alarm rule, set and reference again on the shipped weights")
+    parser.add_argument("--override", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="with --recertify: change the shipped config first (data.remade=true)")
     only.add_argument("--portable", action="store_true",
                       help="rewrite the files without the folders of the machine that built them, nothing else")
     args = parser.parse_args(argv)
@@ -126,7 +153,16 @@ def main(argv=None) -> int:
                     said = "rewritten without the folders" if changed else "holds no folder"
                     print(f"{file}: {said} of the machine that built it")
             return 0
+        if args.override and not args.recertify:
+            raise ValueError("--override changes the config of a posterior certified again: give --recertify too")
         for name in names:
+            if args.recertify:
+                for part, entry in recertify(name, args.data_root, args.override).items():
+                    print(f"{name} {part}: " + (f"rule {Rule.from_dict(entry['rule'])}, refuses "
+                                                f"{entry['validation']['refused']:.2%} of validation"
+                                                f"{after_alarm_line(entry['after_alarm'])}" if "rule" in entry
+                                                else entry.get("error", "")))
+                continue
             if args.after_alarm_only:
                 for part, entry in ship_after_alarm(name, args.data_root).items():
                     print(f"{name} {part}{after_alarm_line(entry)}")

@@ -237,12 +237,11 @@ def test_ship_sets_adds_the_after_alarm_rules_beside_the_shipped_rules(shared_da
     printed = capsys.readouterr().out
     for part in ("bayes", "twin", "twin_scaled"):
         entry, held = before["calibration"][part], certifying(part, len(labels))
-        signal = "mutual_information" if part == "bayes" else "entropy"
         expected = after_alarm_entry(sampled[part][:, held], labels[held], Rule.from_dict(entry["rule"]), entry["risk"],
-                                     entry["delta"], 0.2, 0.1, signal)
+                                     entry["delta"], 0.075, 0.02)
         assert after["calibration"][part]["after_alarm"] == expected == packaged[part]
         assert {k: v for k, v in after["calibration"][part].items() if k != "after_alarm"} == entry
-        assert f"mnist_mlp {part}; after the shift alarm: 0.1 quantile >= " in printed
+        assert f"mnist_mlp {part}; after the shift alarm: 0.02 quantile >= " in printed
     assert all(torch.equal(after["guide"][k], v) for k, v in before["guide"].items())
 
 

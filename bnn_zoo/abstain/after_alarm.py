@@ -24,26 +24,41 @@ from typing import Callable
 
 import torch
 
-from .certify import CUTS, Calibration, certify
+from .certify import THRESHOLDS, Calibration, NotCertified, certified_rules, check_settings, p_values, rule_counts
 from .rule import Decision, Rule
 from .shift import ShiftAlarm
 
-REFUSAL = 0.2  # the after-alarm rule's refusal budget on validation (abstention.after_alarm_refusal)
-QUANTILE = 0.1  # the quantile of the posterior samples it reads (abstention.after_alarm_quantile)
+REFUSAL = 0.075  # the after-alarm rule's refusal budget on validation (abstention.after_alarm_refusal)
+QUANTILE = 0.02  # the quantile of the posterior samples it reads (abstention.after_alarm_quantile)
 AFTER_ALARM_RULE = "after_alarm_rule"  # what refused an input the rule alone answers (an answer's refused_by)
 
 
 def after_alarm_rule(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, risk: float, delta: float,
-                     refusal: float = REFUSAL, quantile: float = QUANTILE, signal: str | None = None,
-                     cuts: tuple[float, ...] = CUTS, density: torch.Tensor | None = None) -> Calibration:
+                     refusal: float = REFUSAL, quantile: float = QUANTILE,
+                     density: torch.Tensor | None = None) -> Calibration:
     """The after-alarm rule for the certified ``rule`` on its validation inputs (sampled
-    probabilities [S, N, C], labels [N]): Learn then Test at ``risk`` and ``delta`` over the grid at
-    the ``quantile`` of the samples (no higher than the rule's) and the rule's gate (its ``signal``
-    where it has none: the gate certification tried; ``cuts`` and ``density`` for a density gate),
-    choosing among the certified rules nested in ``rule`` the strictest gate that refuses at most
-    ``refusal`` of validation, then the lowest threshold. NotCertified where none is."""
-    return certify(probs, labels, risk, delta, refusal, min(quantile, rule.quantile), rule.signal or signal,
-                   cuts=cuts, density=density, within=rule)
+    probabilities [S, N, C], labels [N]; ``density``: their feature density scores, for a density
+    gate): the rule's gate as it is, its class read at the ``quantile`` of the samples (no higher
+    than the rule's) against the thresholds of the grid no lower than the rule's, each certified by
+    Learn then Test at ``risk`` and ``delta`` (a family of its own: the strictest first, as
+    ``certify`` tests a cut's thresholds); the strictest certified one that refuses at most
+    ``refusal`` of validation, else the least strict certified one. NotCertified where none is."""
+    check_settings(risk, delta, refusal, quantile, rule.signal)
+    quantile = min(quantile, rule.quantile)
+    thresholds = tuple(t for t in THRESHOLDS if t >= rule.threshold) or (rule.threshold,)
+    n, errors, _ = rule_counts(probs, labels, quantile, rule.signal, thresholds, (rule.cut,), density)
+    p_value = p_values(n, errors, risk)[:, 0]
+    certified = certified_rules(p_value[:, None], n, delta)[:, 0]
+    if not certified.any():
+        raise NotCertified(f"no rule certified at an error rate of {risk} among accepted inputs on these "
+                           f"{len(labels)} validation inputs answers only what the certified rule answers")
+    refused = 1.0 - n[:, 0].double() / len(labels)
+    within = certified & (refused <= refusal)
+    i = int(within.nonzero()[-1]) if within.any() else int(certified.nonzero()[0])
+    return Calibration(Rule(quantile, thresholds[i], rule.signal, rule.cut), risk, delta, refusal, {
+        "size": len(labels), "refused": float(refused[i]), "errors": int(errors[i, 0]),
+        "risk": int(errors[i, 0]) / max(int(n[i, 0]), 1), "p_value": float(p_value[i]), "level": delta,
+        "candidates": len(thresholds), "certified": int(certified.sum()), "max_refusal_met": bool(within.any())})
 
 
 @dataclass

@@ -96,17 +96,14 @@ def check_settings(risk: float, delta: float, max_refusal: float, quantile: floa
 def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float = 0.05,
             max_refusal: float = 0.02, quantile: float = 0.5, signal: str | None = "mutual_information",
             thresholds: tuple[float, ...] = THRESHOLDS, cuts: tuple[float, ...] = CUTS,
-            density: torch.Tensor | None = None, within: Rule | None = None) -> Calibration:
+            density: torch.Tensor | None = None) -> Calibration:
     """The rule for sampled validation probabilities [S, N, C] and their labels [N]: see the
     module's docstring. ``signal=None`` calibrates the threshold alone (the quantile rule);
     ``signal=DENSITY`` gates on the validation inputs' feature ``density`` scores [N] at ``cuts``
     from ``density_cuts`` of training inputs' scores (a grid fixed before validation is seen).
-    ``within``: choose only among the certified rules nested in it (``nested``: each class they
-    accept, it accepts), a criterion like any other, so the grid's guarantee holds as it is.
 
     Raises NotCertified when no rule on the grid can be certified (ask for a higher risk or delta,
-    or certify on more inputs: ``smallest_risk`` says which risk these inputs certify), or none
-    nested in ``within`` is."""
+    or certify on more inputs: ``smallest_risk`` says which risk these inputs certify)."""
     check_settings(risk, delta, max_refusal, quantile, signal)
     n, errors, cuts = rule_counts(probs, labels, quantile, signal, thresholds, cuts, density)
     p_value, level = p_values(n, errors, risk), delta / len(cuts)
@@ -116,11 +113,6 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
         raise NotCertified(f"no rule reaches an error rate of {risk} among accepted inputs with confidence "
                          f"1 - {delta} on these {len(labels)} validation inputs: ask for a higher risk or "
                          "delta, or certify on more inputs")
-    if within is not None:
-        certified = certified & nested(within, quantile, signal, thresholds, cuts)
-        if not certified.any():
-            raise NotCertified(f"no rule certified at an error rate of {risk} among accepted inputs on these "
-                               f"{len(labels)} validation inputs answers only what the certified rule answers")
     feasible = certified & (refused <= max_refusal)
     pool = feasible if feasible.any() else certified
     j = int(pool.any(0).nonzero()[0]) if feasible.any() else None
@@ -134,23 +126,6 @@ def certify(probs: torch.Tensor, labels: torch.Tensor, risk: float, delta: float
         "size": len(labels), "refused": float(refused[i, j]), "errors": int(errors[i, j]),
         "risk": int(errors[i, j]) / kept, "p_value": float(p_value[i, j]), "level": level, "candidates": n.numel(),
         "certified": int(certified.sum()), "max_refusal_met": bool(feasible.any())})
-
-
-def nested(within: Rule, quantile: float, signal: str | None, thresholds: tuple[float, ...],
-           cuts: tuple[float, ...]) -> torch.Tensor:
-    """bool [thresholds, cuts]: the rules of the grid (``quantile``, ``signal``) that accept no class
-    ``within`` refuses: a quantile no higher, a threshold no lower, a cut no higher on the same
-    signal (any, where ``within`` has no gate). Of two such rules the one nested answers a subset."""
-    if quantile > within.quantile:
-        raise ValueError(f"a rule nested in one at the {within.quantile} quantile takes that quantile or a lower "
-                         f"one, not {quantile}")
-    gated = within.signal is not None and math.isfinite(within.cut)
-    if gated and signal != within.signal:
-        raise ValueError(f"a rule nested in one gated on {within.signal} gates on it too, not on {signal}")
-    t = torch.tensor(thresholds, dtype=torch.float64)
-    c = torch.tensor(cuts, dtype=torch.float64)
-    return (t[:, None] >= within.threshold) & ((c[None, :] <= within.cut) if gated else torch.ones(1, len(cuts),
-                                                                                                   dtype=torch.bool))
 
 
 def rule_counts(probs: torch.Tensor, labels: torch.Tensor, quantile: float = 0.5,

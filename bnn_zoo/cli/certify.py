@@ -14,7 +14,7 @@ Each setting not given comes from the run's config (its ``abstention`` section),
 
 Usage: python -m bnn_zoo.certify RUN_DIR [--risk 0.01] [--delta 0.05] [--max-refusal 0.02]
            [--signal mutual_information] [--samples 100] [--alpha 0.01] [--set-score thr]
-           [--after-alarm-refusal 0.2] [--after-alarm-quantile 0.1]
+           [--after-alarm-refusal 0.075] [--after-alarm-quantile 0.02]
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
         try:
             calibration = certify(probs, y, risk, delta, max_refusal, quantile, gate)
             certified[part] = {**calibration.to_dict(), "samples": len(probs), "after_alarm": after_alarm_entry(
-                probs, y, calibration.rule, risk, delta, after_alarm_refusal, after_alarm_quantile, gate)}
+                probs, y, calibration.rule, risk, delta, after_alarm_refusal, after_alarm_quantile)}
         except NotCertified as err:
             certified[part] = not_certified(err, risk, delta)
         certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets,
@@ -155,7 +155,7 @@ def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch
     try:
         calibration = certify(probs, labels, risk, delta, max_refusal, quantile, DENSITY, cuts=cuts, density=scores)
         after = after_alarm_entry(probs, labels, calibration.rule, risk, delta, after_alarm_refusal,
-                                  after_alarm_quantile, DENSITY, cuts, scores)
+                                  after_alarm_quantile, scores)
         return {**calibration.to_dict(), "samples": len(probs), **smallest, "after_alarm": after}, density
     except NotCertified as err:
         return {**not_certified(err, risk, delta, len(cuts)), **smallest}, density
@@ -163,12 +163,11 @@ def certify_density_gate(trained: Trained, x_train: torch.Tensor, y_train: torch
 
 def after_alarm_entry(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, risk: float, delta: float,
                       refusal: float = AFTER_ALARM_REFUSAL, quantile: float = AFTER_ALARM_QUANTILE,
-                      signal: str | None = None, cuts: tuple[float, ...] = CUTS,
                       density: torch.Tensor | None = None) -> dict:
     """calibration.json's ``after_alarm`` entry beside ``rule``: its after-alarm rule (``after_alarm_rule``,
     on the same validation inputs and draws), or why none is certified."""
     try:
-        return after_alarm_rule(probs, labels, rule, risk, delta, refusal, quantile, signal, cuts, density).to_dict()
+        return after_alarm_rule(probs, labels, rule, risk, delta, refusal, quantile, density).to_dict()
     except NotCertified as err:
         return {"error": str(err)}
 

@@ -5,7 +5,12 @@ background that contrasts with the ink, 16-bit and floating-point pixels scaled 
 centred by its centre of mass, as MNIST's digits were (a drawing in a corner of a canvas reads as
 the digit it is; a 28x28 image is taken as it is).
 
-Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``; ``decode("cat.png", channels=3)``
+``remade`` reads a batch of 28x28 images as MNIST's digits were made (their background brought
+to black and their brightest ink to white, the ink fitted into 20x20 and centred by its mass), at
+once on the tensor: what a run with ``data.remade`` answers beside each input as given.
+
+Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``; ``decode("cat.png", channels=3)``;
+``remade(images)  # uint8 [N, 28, 28]``
 """
 from __future__ import annotations
 
@@ -111,6 +116,45 @@ def centred(glyph, floor: int = 0) -> torch.Tensor:
     out = torch.zeros(28, 28)
     out[top:top + glyph.height, left:left + glyph.width] = small
     return out.clamp(0, 255).to(torch.uint8)
+
+
+def remade(images: torch.Tensor) -> torch.Tensor:
+    """uint8 (or 0..255 float) images [N, 28, 28] remade as MNIST's digits were, uint8 [N, 28, 28]:
+    each image's background (its median pixel) to black and its brightest pixel to white, then its
+    ink (the pixels brighter than INK_FLOOR) fitted into 20x20 and centred by its mass in 28x28,
+    as ``centred`` places a picture's ink (bilinear, on the whole batch at once). An image with no
+    ink becomes black. MNIST's own digits come back as they are."""
+    if images.dim() != 3 or tuple(images.shape[1:]) != (28, 28):
+        raise ValueError(f"remade reads images [N, 28, 28], got shape {tuple(images.shape)}")
+    n, side = len(images), 28
+    flat = images.float().flatten(1)
+    background, top = flat.median(1).values[:, None], flat.max(1).values[:, None]
+    x = ((flat - background) / (top - background).clamp_min(1) * 255).clamp(0, 255).round().view(n, side, side)
+    ink, at = x > INK_FLOOR, torch.arange(side)
+    rows, cols = ink.any(2), ink.any(1)
+    first = lambda hit: torch.where(hit, at, side).min(1).values  # noqa: E731
+    last = lambda hit: torch.where(hit, at, -1).max(1).values  # noqa: E731
+    top_row, left = first(rows), first(cols)
+    height, width = (last(rows) - top_row + 1).clamp_min(1).float(), (last(cols) - left + 1).clamp_min(1).float()
+    inside = ((at[:, None] >= top_row[:, None, None]) & (at[:, None] <= last(rows)[:, None, None])
+              & (at >= left[:, None, None]) & (at <= last(cols)[:, None, None]))
+    glyph = x * inside  # the ink's box alone, as centred crops it
+    scale = 20 / torch.maximum(height, width)
+    mass = glyph.sum((1, 2)).clamp_min(1)
+    # the centre of mass within the scaled box, in its pixels' coordinates; the box placed so that
+    # it lands on pixel 14, kept inside the frame (as centred does)
+    cy = ((glyph.sum(2) * at).sum(1) / mass - top_row + 0.5) * scale - 0.5
+    cx = ((glyph.sum(1) * at).sum(1) / mass - left + 0.5) * scale - 0.5
+    y0 = (14 - cy).round().clamp(min=torch.zeros(n), max=side - (height * scale).round())
+    x0 = (14 - cx).round().clamp(min=torch.zeros(n), max=side - (width * scale).round())
+    centres = at.float() + 0.5  # each output pixel's centre, sampled from the glyph in the input's pixels
+    ys = (top_row[:, None] + (centres - y0[:, None]) / scale[:, None]) / side * 2 - 1
+    xs = (left[:, None] + (centres - x0[:, None]) / scale[:, None]) / side * 2 - 1
+    grid = torch.stack(torch.broadcast_tensors(xs[:, None, :], ys[:, :, None]), -1)
+    out = torch.nn.functional.grid_sample(glyph[:, None], grid, mode="bilinear", padding_mode="zeros",
+                                          align_corners=False)[:, 0]
+    out[~rows.any(1)] = 0
+    return out.round().clamp(0, 255).to(torch.uint8)
 
 
 def _other_format(path: str | Path | BinaryIO) -> str | None:

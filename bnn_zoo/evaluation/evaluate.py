@@ -177,6 +177,12 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
     for part, result in results.items():
         result.test.alarm = alarm_result(trained, part, in_probs[part], shift_size, seed)
     skipped = {}
+    def stream_of(part: str):
+        """A fresh stream of ``part``'s answers: the after-alarm rule acts on the certified rule alone."""
+        certified = (by_sets.get(part) is None and not trained.calibration_problem
+                     and rules[part] == trained.rules.get(part))
+        return trained.stream(part, act_on_alarm, seed, answer=None if certified else answer[part])
+
     for entry in ood:
         name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
         try:
@@ -194,6 +200,8 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
             results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
             result.alarm = alarm_result(trained, part, probs, shift_size, seed)
+            unlabelled = torch.full((probs.shape[1],), -1, dtype=torch.long)  # refusals need no labels
+            result.refused_in_stream = streamed(stream_of(part), probs, unlabelled, gate, seed).refused
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
     try:
@@ -202,10 +210,7 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             for part, posterior in rungs.items():
                 progress.update()
                 probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
-                certified = (by_sets.get(part) is None and not trained.calibration_problem  # the after-alarm rule
-                             and rules[part] == trained.rules.get(part))  # acts on the certified rule alone
-                stream = trained.stream(part, act_on_alarm, seed, answer=None if certified else answer[part])
-                results[part].shift[name] = streamed(stream, probs, y, gate, seed)
+                results[part].shift[name] = streamed(stream_of(part), probs, y, gate, seed)
     except DataError as err:
         skipped["shift"] = str(err)
         progress.write(f"skipping the corruptions: {err}", file=sys.stderr)

@@ -153,6 +153,9 @@ class OODResult:
     # Overlaid digits: the share refused, or answered with a set holding both digits (None: other sets)
     handled: float | None = None
     alarm: AlarmResult | None = None  # the shift alarm on a stream of its inputs (None: no reference)
+    # Refused where the whole set is answered as one stream in a seeded order, the after-alarm rule
+    # acting from the input that sounds the alarm on (as predict answers a folder of them)
+    refused_in_stream: float | None = None
 
     @property
     def best_auroc(self) -> float:

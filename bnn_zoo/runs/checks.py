@@ -149,6 +149,9 @@ def check(cfg: DictConfig) -> None:
     if data in OWN_DATA and not cfg.data.path:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
+    if cfg.data.remade and data != "mnist":
+        raise ConfigError(f"bad config key 'data.remade': it reads inputs as MNIST's digits were made, and this run "
+                          f"reads {data}: leave it out (data.remade=false)")
     if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
         raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "
                           f"leaves it, which needs your own table; {data} takes a number (for example 0.1)")

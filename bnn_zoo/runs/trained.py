@@ -22,6 +22,7 @@ from ..core.errors import CheckpointError
 from ..core.twin import Twin
 from ..data.own import ROWS
 from ..posterior import KINDS, Posterior
+from ..posterior.reading import SurerReading
 from .checkpoint import digest
 
 
@@ -133,9 +134,11 @@ def posteriors(trained: Trained) -> dict[str, Posterior]:
     """The posteriors a trained run holds, by the registry's kinds (``bnn_zoo.posterior.KINDS``, in
     its order): its guide (or the mixture of its ensemble's), its twin (MC dropout, the deep
     ensemble), the twin temperature-scaled where certification fitted a temperature, HMC's samples,
-    and the kinds fitted after training (Laplace, SWAG, ...) where it fitted them."""
+    and the kinds fitted after training (Laplace, SWAG, ...) where it fitted them; with
+    ``data.remade``, each answering from the reading of an input it is surer of (``SurerReading``)."""
     found = {name: kind.of_run(trained) for name, kind in KINDS.items()}
-    return {name: posterior for name, posterior in found.items() if posterior is not None}
+    read = SurerReading if trained.config.data.get("remade") else (lambda posterior: posterior)
+    return {name: read(posterior) for name, posterior in found.items() if posterior is not None}
 
 
 def gate_density(rule: Rule, trained: Trained, part: str, posterior: Posterior, x: torch.Tensor) -> torch.Tensor | None:

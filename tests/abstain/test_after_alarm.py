@@ -6,37 +6,49 @@ import torch
 from test_certify import population
 
 from bnn_zoo.abstain.after_alarm import AFTER_ALARM_RULE, Stream, after_alarm_rule
-from bnn_zoo.abstain.certify import NotCertified, certify
+from bnn_zoo.abstain.certify import THRESHOLDS, NotCertified, binomial_cdf, certify
 from bnn_zoo.abstain.rule import Rule
 from bnn_zoo.abstain.shift import ShiftAlarm, scores
 
 
-def test_the_after_alarm_rule_is_certified_nested_in_the_rule_within_its_refusal_budget():
+def test_the_after_alarm_rule_is_the_strictest_certified_threshold_of_a_low_quantile_within_its_budget():
+    """The rule's gate as it is, its class read at a low quantile of the samples: of the grid's
+    thresholds no lower than the rule's, each certified by Learn then Test from the strictest down,
+    the strictest that refuses at most the budget of validation."""
     probs, labels = population(3000, 0)
     rule = certify(probs, labels, risk=0.3, delta=0.1, max_refusal=0.3).rule
     after = after_alarm_rule(probs, labels, rule, risk=0.3, delta=0.1, refusal=0.5, quantile=0.1)
-    assert after.rule.quantile == 0.1 and after.rule.signal == rule.signal == "mutual_information"
-    assert after.rule.threshold >= rule.threshold and after.rule.cut < rule.cut
+    assert (after.rule.quantile, after.rule.signal, after.rule.cut) == (0.1, rule.signal, rule.cut)
+    assert after.rule.threshold >= rule.threshold and (after.risk, after.delta, after.max_refusal) == (0.3, 0.1, 0.5)
+    refused = {t: Rule(0.1, t, rule.signal, rule.cut)(probs).refused.float().mean().item()
+               for t in THRESHOLDS if t >= rule.threshold}
+    p_value = {t: binomial_cdf(*counts(Rule(0.1, t, rule.signal, rule.cut), probs, labels), 0.3).item()
+               for t in refused}
+    certified = [t for t in sorted(refused, reverse=True) if p_value[t] <= 0.1][::-1]  # the strictest first ...
+    certified = [t for t in certified if all(p_value[u] <= 0.1 for u in refused if u >= t)]  # ... in sequence
+    within = [t for t in certified if refused[t] <= 0.5]
+    assert after.rule.threshold == max(within) and within != certified  # the budget binds
     v = after.validation
-    assert v["p_value"] <= v["level"] and (after.risk, after.delta, after.max_refusal) == (0.3, 0.1, 0.5)
-    assert certify(probs, labels, 0.3, 0.1, 0.3).validation["refused"] < v["refused"] <= 0.5  # stricter, in budget
-    assert v["max_refusal_met"]
+    assert v["refused"] == pytest.approx(refused[after.rule.threshold]) and v["p_value"] <= v["level"] == 0.1
     fresh, _ = population(3000, 1)
     strict, plain = after.rule(fresh), rule(fresh)
     assert not (strict.accepted & ~plain.accepted).any()  # each class it accepts, the rule accepts: both pass it
     assert (strict.refused | ~plain.refused).all() and strict.refused.sum() > plain.refused.sum()
 
 
+def counts(rule: Rule, probs, labels) -> tuple[torch.Tensor, torch.Tensor]:
+    """(errors, accepted) of ``rule`` on validation, as binomial_cdf takes them."""
+    decision = rule(probs)
+    kept = ~decision.refused
+    return (decision.prediction[kept] != labels[kept]).sum()[None], kept.sum()[None]
+
+
 def test_where_no_certified_rule_is_nested_in_the_rule_none_is_chosen():
     probs, labels = population(3000, 0)
-    strictest = Rule(0.5, 0.9, "mutual_information", 1e-4)  # accepts 111 of 3000 at most: too few for 5% risk
+    strictest = Rule(0.5, 0.9, "mutual_information", 1e-5)  # accepts 35 of 3000, none wrong: too few for 5% risk
     assert certify(probs, labels, risk=0.05, delta=0.1).rule  # other rules are certified
     with pytest.raises(NotCertified, match="answers only what the certified rule answers"):
         after_alarm_rule(probs, labels, strictest, risk=0.05, delta=0.1)
-    with pytest.raises(ValueError, match="takes that quantile or a lower one, not 0.9"):
-        certify(probs, labels, 0.2, 0.1, 0.3, quantile=0.9, within=Rule(0.5, 0.2))
-    with pytest.raises(ValueError, match="gates on it too, not on entropy"):
-        certify(probs, labels, 0.2, 0.1, 0.3, signal="entropy", within=Rule(0.5, 0.2, "mutual_information", 0.5))
 
 
 def _stream(act: bool = True, after: Rule | None = Rule(0.5, 0.8)) -> Stream:

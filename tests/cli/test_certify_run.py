@@ -32,11 +32,10 @@ def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
     decision = expected.rule(probs)
     assert found["bayes"]["validation"]["refused"] == pytest.approx(decision.refused.float().mean().item())
     assert found["bayes"]["validation"]["refused"] <= 0.1
-    # beside it, the after-alarm rule, on the same draws: the config's 20% refusal budget and 0.1 quantile
-    after = after_alarm_rule(probs, labels, expected.rule, risk=0.4, delta=0.2, refusal=0.2, quantile=0.1,
-                             signal="mutual_information")
+    # beside it, the after-alarm rule, on the same draws: the config's 7.5% refusal budget and 0.02 quantile
+    after = after_alarm_rule(probs, labels, expected.rule, risk=0.4, delta=0.2, refusal=0.075, quantile=0.02)
     assert found["bayes"]["after_alarm"] == after.to_dict() and trained.after_alarm("bayes") == (after.rule, None)
-    assert after.rule.quantile == 0.1 and after.rule.threshold >= expected.rule.threshold
+    assert after.rule.quantile == 0.02 and after.rule.threshold >= expected.rule.threshold
 
 
 def test_the_stored_sets_are_the_conformal_ones_on_validation(certified_run):

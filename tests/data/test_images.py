@@ -145,3 +145,41 @@ def test_non_finite_pixels_are_refused(tmp_path):
     with pytest.raises(ValueError) as refused:
         load_image(tmp_path / "float.tif")
     assert str(refused.value).startswith("holds 2 non-finite pixels (NaN or inf)")
+
+
+def test_remade_gives_mnist_s_digits_back_as_centred_places_them(shared_data):
+    """remade reads a batch as MNIST's digits were made, as ``centred`` places one picture's ink:
+    MNIST's own test digits whose ink reaches white come back as that places them, pixel for pixel
+    (the others are brightened to white first)."""
+    from bnn_zoo.data.images import INK_FLOOR, centred, remade
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    digits = images[:300][images[:300].flatten(1).max(1).values == 255]
+    assert len(digits) > 250
+    placed = torch.stack([centred(Image.fromarray(d.numpy(), "L"), floor=INK_FLOOR) for d in digits])
+    assert torch.equal(remade(digits), placed)
+    assert (remade(digits).float() - digits.float()).abs().mean() < 0.5  # MNIST's digits were made so
+
+
+def test_remade_puts_a_moved_a_brightened_and_a_shrunken_digit_where_mnist_put_it(shared_data):
+    from bnn_zoo.data.images import remade
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    digits = images[:100]
+    moved = torch.zeros_like(digits)
+    moved[:, 3:, :25] = digits[:, :25, 3:]  # 3 pixels down and 3 left, none of the ink cut off
+    kept = (digits[:, 25:].sum((1, 2)) == 0) & (digits[:, :, :3].sum((1, 2)) == 0)
+    assert kept.sum() >= 50 and torch.equal(remade(moved)[kept], remade(digits)[kept])
+    bright = (digits.float() * 0.5 + 120).round().to(torch.uint8)  # a grey page, faint ink
+    assert (remade(bright).float() - remade(digits).float()).abs().mean() < 2  # rounding apart
+    small = torch.nn.functional.interpolate(digits[:, None].float(), scale_factor=0.5, mode="bilinear",
+                                            antialias=True)[:, 0]
+    shrunk = torch.zeros_like(digits)
+    shrunk[:, 7:21, 7:21] = small.round().to(torch.uint8)
+    came, back = (shrunk.float() - digits.float()).abs().mean(), (remade(shrunk).float() - remade(digits).float()).abs().mean()
+    assert back < 0.6 * came  # grown back to MNIST's size (blurred by the halving)
+    assert torch.equal(remade(torch.zeros(2, 28, 28, dtype=torch.uint8)), torch.zeros(2, 28, 28, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"remade reads images \[N, 28, 28\], got shape \(2, 32, 32\)"):
+        remade(torch.zeros(2, 32, 32, dtype=torch.uint8))

@@ -396,3 +396,10 @@ def test_a_renamed_key_given_under_both_its_names_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(refused)):
         load_config(str(both))
     assert load_config("mnist_mlp", ["abstention.calibrate=false"]).abstention.certify is False  # alone, it is certify
+
+
+def test_remaking_inputs_as_mnist_s_digits_is_for_mnist_runs():
+    assert message(["arch=lenet", "data.name=fashion_mnist", "data.remade=true"]) == (
+        "bad config key 'data.remade': it reads inputs as MNIST's digits were made, and this run reads "
+        "fashion_mnist: leave it out (data.remade=false)")
+    assert make_config(None, ["arch=lenet", "data.remade=true"]).data.remade
