@@ -13,7 +13,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 from PIL import Image, ImageDraw

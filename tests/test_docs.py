@@ -22,6 +22,7 @@ def hooks(tmp_path, monkeypatch):
     return module
 
 
+@pytest.mark.slow
 def test_a_tutorial_past_its_cap_fails_the_build_in_one_line(hooks, tmp_path, monkeypatch):
     (tmp_path / "tutorials" / "slow.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
     monkeypatch.setattr(hooks, "TUTORIAL_TIMEOUT", 2)

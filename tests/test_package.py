@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "bnn_zoo"
 
 SNAPSHOT = """
@@ -26,6 +28,7 @@ print(json.dumps({"same": before == after, "pyplot": pyplot,
 """
 
 
+@pytest.mark.slow
 def test_importing_the_package_changes_nothing_global():
     import json
 

@@ -78,6 +78,7 @@ def test_the_shipped_example_is_mnist_s_first_test_digit(shared_data):
     assert EXAMPLE.stat().st_size < 1000
 
 
+@pytest.mark.slow
 def test_the_readme_s_first_command_answers_the_shipped_digit_s_label():
     """The install block's predict line, run as a user runs it in the clone: it answers the true label."""
     install = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)

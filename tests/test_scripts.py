@@ -14,12 +14,27 @@ from helpers import first_by_default, load_script
 
 from bnn_zoo import load, predict
 from bnn_zoo.core.pruning import posterior_loc_scale
-from bnn_zoo.data.sets import load_torchvision, normalize
+from bnn_zoo.data.sets import load_torchvision, normalize, run_split
 from bnn_zoo.evaluation.rejection import rejection_report
 from bnn_zoo.posterior import BAYES, TWIN
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 SCRIPTS = sorted(p for p in SCRIPTS_DIR.glob("*.py") if not p.name.startswith("_"))  # _child: their helper
+
+
+def shipped_copy(tmp_path, monkeypatch):
+    """A copy of the shipped posteriors that ``load`` and ``scripts/ship_sets.py`` read and write, and
+    the script."""
+    import shutil
+
+    import bnn_zoo.runs.loading
+
+    shipped = tmp_path / "shipped"
+    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
+    script = load_script("ship_sets")
+    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
+    monkeypatch.setattr(script, "SHIPPED", shipped)
+    return shipped, script
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
@@ -43,6 +58,7 @@ def test_rejection_scripts_write_the_report(name, ood, tiny_run, tmp_path, capsy
     assert re.search(rf"refused on \S+\s+{refused:.2f}%", printed.replace("white noise", "noise"))
 
 
+@pytest.mark.slow
 def test_prune_script_on_a_tiny_run(tiny_run, shared_data, tmp_path, capsys):
     out = tmp_path / "prune"
     assert load_script("prune").main([str(tiny_run), "--levels", "0", "0.5", "1", "--samples", "3",
@@ -64,6 +80,7 @@ def test_prune_script_on_a_tiny_run(tiny_run, shared_data, tmp_path, capsys):
         assert (out / f"{plot}.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_weight_posteriors_script_prints_the_quartiles(tiny_run, tmp_path, capsys):
     assert load_script("weight_posteriors").main([str(tiny_run), "--out", str(tmp_path / "w.png")]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("layers.1.weight"))
@@ -123,17 +140,11 @@ def test_ship_sets_portable_rewrites_shipped_files_without_the_builder_s_folders
     """A posterior shipped with the folders of the machine that built it (data.root, run_dir), as
     lenet was: --portable writes it again without them, its weights, calibration and everything
     else as they were, under a digest that holds (read checks it); a file without any is left alone."""
-    import shutil
 
-    import bnn_zoo.runs.loading
     from bnn_zoo.runs.checkpoint import digest, read, save_atomic
     from bnn_zoo.runs.trained import weights_digest
 
-    shipped = tmp_path / "shipped"
-    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
-    script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
-    monkeypatch.setattr(script, "SHIPPED", shipped)
+    shipped, script = shipped_copy(tmp_path, monkeypatch)
     built = read(shipped / "lenet.pt")
     built["config"]["run_dir"], built["config"]["data"]["root"] = "/work/runs/lenet_ens3", "/work/shared/data"
     save_atomic(built, shipped / "lenet.pt")
@@ -157,9 +168,7 @@ def test_ship_sets_portable_rewrites_shipped_files_without_the_builder_s_folders
 def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data, tmp_path, monkeypatch, capsys):
     """On a copy of the shipped posteriors: the file gets the sets calibration would certify (the
     same draws), and its weights and rules stay as they were."""
-    import shutil
 
-    import bnn_zoo.runs.loading
     from bnn_zoo.abstain.conformal import calibrate_sets
     from bnn_zoo.abstain.rule import uncertainty
     from bnn_zoo.cli.certify import validation_set
@@ -168,11 +177,7 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     from bnn_zoo.runs.checkpoint import read, save_atomic
     from bnn_zoo.runs.trained import sampled_probs
 
-    shipped = tmp_path / "posteriors"
-    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
-    script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
-    monkeypatch.setattr(script, "SHIPPED", shipped)
+    shipped, script = shipped_copy(tmp_path, monkeypatch)
     before = read(shipped / "mnist_mlp.pt")
     for part in ("bayes", "twin"):
         before["calibration"][part].pop("sets", None)
@@ -208,9 +213,7 @@ def test_ship_sets_adds_the_after_alarm_rules_beside_the_shipped_rules(shared_da
     """On a copy of the shipped mnist_mlp without them: --after-alarm-only writes beside each rule the
     after-alarm rule certification would (the same draws and inputs), and keeps the rest of the file;
     what it writes is what the package ships."""
-    import shutil
 
-    import bnn_zoo.runs.loading
     from bnn_zoo.abstain.rule import Rule
     from bnn_zoo.cli.certify import after_alarm_entry, validation_set
     from bnn_zoo.core.predictive import seeded
@@ -218,11 +221,7 @@ def test_ship_sets_adds_the_after_alarm_rules_beside_the_shipped_rules(shared_da
     from bnn_zoo.runs.checkpoint import read, save_atomic
     from bnn_zoo.runs.trained import sampled_probs
 
-    shipped = tmp_path / "posteriors"
-    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
-    script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
-    monkeypatch.setattr(script, "SHIPPED", shipped)
+    shipped, script = shipped_copy(tmp_path, monkeypatch)
     before = read(shipped / "mnist_mlp.pt")
     packaged = {part: entry.pop("after_alarm") for part, entry in before["calibration"].items()
                 if "after_alarm" in entry}
@@ -374,18 +373,22 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | mean-field VI |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     rotated = bayes["ood"]["rotated"]
-    assert cells[2] == f"{100 * rotated['refused']:.2f}%" and cells[3] == f"{100 * rotated['refused_by_quantile_rule']:.2f}%"
-    assert cells[4] == f"{rotated['by_entropy']['auroc']:.4f}" and cells[7] == f"{rotated['by_mutual_information']['auroc']:.4f}"
+    assert cells[2] == f"{100 * rotated['refused']:.2f}%" and cells[3] == f"{100 * rotated['refused_in_stream']:.2f}%"
+    assert cells[4] == f"{100 * rotated['refused_by_quantile_rule']:.2f}%"
+    assert cells[5] == f"{rotated['by_entropy']['auroc']:.4f}" and cells[8] == f"{rotated['by_mutual_information']['auroc']:.4f}"
+    in_stream = [bayes["ood"][n]["refused_in_stream"] for n in results["near"]]
+    assert results["near_means"][BAYES]["refused_in_stream"] == pytest.approx(sum(in_stream) / len(in_stream))
     twin_row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | MAP (the twin) |"))
     twin_cells = [c.strip() for c in twin_row.strip("|").split("|")]
     twin_rotated = results["posteriors"][TWIN]["ood"]["rotated"]
-    assert twin_cells[7:] == ["n/a"] * 3 + [f"{twin_rotated['by_feature_density']['auroc']:.4f}", "n/a"]  # no MI
+    assert twin_cells[8:] == ["n/a"] * 3 + [f"{twin_rotated['by_feature_density']['auroc']:.4f}", "n/a"]  # no MI
     overlaid = next(line for line in printed.splitlines() if line.startswith("| overlaid (near) | mean-field VI |"))
     assert overlaid.strip("|").split("|")[-1].strip() == f"{100 * bayes['ood']['overlaid']['handled']:.2f}%"
     row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run} | mean-field VI |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == f"q>={bayes['rule']['threshold']}, MI<={bayes['rule']['cut']:.3g}"
-    assert cells[5] == f"{bayes['test']['ece']:.4f}" and cells[-1] == f"{100 * sum(near) / len(near):.2f}%"
+    assert cells[5] == f"{bayes['test']['ece']:.4f}" and cells[-2] == f"{100 * sum(near) / len(near):.2f}%"
+    assert cells[-1] == f"{100 * sum(in_stream) / len(in_stream):.2f}%"
     assert cells[9] == f"{bayes['test']['augrc']:.4f}"  # AUGRC, then the certified sets' coverage and size
     assert cells[12:14] == [f"{100 * bayes['test']['set_coverage']:.2f}%", f"{bayes['test']['set_size']:.4f}"]
     by_target = [(f"{100 * f['coverage']:.2f}%", f"{f['size']:.4f}") for f in bayes["test"]["sets_by_target"]]
@@ -666,3 +669,9 @@ def test_alarm_rates_counts_the_alarms_it_prints(shared_data, tmp_path, capsys):
                 .alarm_at for k in range(3))
     assert found["corruptions"]["fog"]["median_alarm_at"] == at[1]
     assert f"  {'fog':<14} {at[1]:>15}" in printed
+    x_test, _ = run_split(trained.config.data, "test", str(shared_data))
+    with pyro.settings.context(module_local_params=True):
+        in_order = trained.alarm("twin").update(scores(posteriors(trained)["twin"].predict(x_test, 100))).alarm_at
+    assert found["stored_order"] == in_order and found["test_size"] == len(x_test) == 10_000
+    said = "stays silent" if in_order is None else f"sounds at input {in_order}"
+    assert f"the whole test set (10000 inputs) in its stored order: {said}" in printed

@@ -2,9 +2,10 @@
 that sounded it on is held to a stricter rule, the after-alarm rule.
 
 The after-alarm rule is certified as the rule is (``bnn_zoo.abstain.certify``: Learn then Test, on
-the same validation inputs, at the same risk and delta, a family of its own), with a conservative
-quantile of the posterior samples and a larger refusal budget, and chosen nested in the certified
-rule: each class it accepts the rule accepts, so an input that passes it passes both. On inputs
+the same validation inputs, at the same risk and delta, a family of its own) as a tightening of the
+certified rule: its gate and cut kept, its class read at a low quantile of the posterior samples
+against thresholds no lower, so each class it accepts the rule accepts and an input that passes it
+passes both; the strictest certified within a refusal budget on validation. On inputs
 like the certifying ones it is a certified rule like the other; under a shift no rule keeps a
 guarantee without labels, but it answers only inputs as sure as those the certifying inputs were
 surest of. ``after_alarm_rule`` is the one place that chooses it; ``Stream`` answers a stream with

@@ -101,4 +101,3 @@ class FeatureDensity:
 
     def __repr__(self) -> str:
         return f"FeatureDensity({self.gaussians.loc.shape[0]} classes, {self.dimension} features)"
-

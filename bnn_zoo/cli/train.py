@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs="*", metavar="CONFIG | key=value")
     args = parser.parse_args(argv).args
     name, overrides = (args[0], args[1:]) if args and "=" not in args[0] else (None, args)
+
     def command() -> int:
         resuming = any(o.startswith("resume=") for o in overrides)  # a stored run's network: never from beside you
         with nullcontext() if resuming else imports_beside_you():

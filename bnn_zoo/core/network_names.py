@@ -240,4 +240,3 @@ def _allowed_roots() -> tuple[str, ...]:
 def _first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0][:200] if text else ""
-

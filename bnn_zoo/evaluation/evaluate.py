@@ -177,6 +177,7 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
     for part, result in results.items():
         result.test.alarm = alarm_result(trained, part, in_probs[part], shift_size, seed)
     skipped = {}
+
     def stream_of(part: str):
         """A fresh stream of ``part``'s answers: the after-alarm rule acts on the certified rule alone."""
         certified = (by_sets.get(part) is None and not trained.calibration_problem

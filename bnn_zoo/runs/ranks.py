@@ -45,7 +45,7 @@ if dist.is_available():
     # so imported later (DDP's first construction does) they would hold the group past
     # destroy_process_group, its gloo threads alive to drop a collective's tensors while Python
     # exits, which aborts the process.
-    import torch.distributed.nn
+    import torch.distributed.nn  # noqa: F401
 
 # A rank that waits longer on the others stops (one died, one hangs): rank 0 alone validates, tests
 # and writes while the others wait, so this is gloo's own default, not less.

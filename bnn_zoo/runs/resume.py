@@ -120,7 +120,6 @@ def _differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
     return differences
 
 
-
 def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
     """The config a command line asks for; ``resume=DIR`` starts from the config stored in DIR's
     checkpoint."""

@@ -120,8 +120,6 @@ class Trained:
         raise ValueError(f"rule must be calibrated or quantile, got {rule!r}")
 
 
-
-
 def relabel_advice(config: DictConfig) -> str:
     """What a person can do once a stream stopped looking like the certifying inputs: certify a run on
     labelled inputs like the stream's (certification reads a run's validation split)."""
@@ -168,10 +166,7 @@ def weights_digest(trained: Trained) -> str:
     return digest({**weights, "fitted": trained.fitted} if trained.fitted else weights)
 
 
-
 def certified_weights(trained: Trained) -> dict:
     """What calibration.json records of the weights it certified."""
     return {"digest": weights_digest(trained), "run": trained.run, "epoch": trained.epoch,
             "members": 1 + len(trained.members)}
-
-

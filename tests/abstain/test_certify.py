@@ -51,6 +51,7 @@ def test_binomial_cdf_matches_the_sum_of_its_pmf():
     assert torch.allclose(binomial_cdf(k, torch.full_like(k, n), p), expected, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_the_bound_holds_at_the_stated_rate_over_many_draws():
     """Certify on 1,000 inputs, check on 100,000 fresh ones, 200 times: the true error rate among
     accepted inputs may exceed the risk in at most delta of the draws (plus sampling slack); the
@@ -199,6 +200,7 @@ def density_like(probs, seed: int):
     return 40 * uncertainty(probs)["entropy"] - 20 + torch.randn(probs.shape[1], generator=g) * 5
 
 
+@pytest.mark.slow
 def test_a_density_gate_holds_the_bound_at_the_stated_rate_over_many_draws():
     """As the bound above, with the gate on density scores given beside the probabilities and its
     cuts fixed beforehand from training inputs' scores: the error rate among accepted fresh inputs

@@ -15,6 +15,7 @@ def draws(n: int, generator: torch.Generator, classes: int = 10, overconfidence:
     return (overconfidence * logits).softmax(-1), labels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("score", SCORES)
 def test_the_true_class_scores_under_the_threshold_at_the_exact_conformal_rate(score):
     """With n = 50 calibration inputs and alpha = 0.1 the threshold is the 46th smallest score, so a
@@ -99,6 +100,7 @@ def test_labels_must_match_the_inputs():
         calibrate_sets(probs, labels[:19])
 
 
+@pytest.mark.slow
 def test_sets_on_a_trained_posterior_cover_fresh_images_at_the_stated_rate(tiny_run, shared_data):
     """Calibrated on 4,000 MNIST test images drawn at random, the sets of a trained posterior's
     predictive hold the true digit of 90% of the other 6,000, to within sampling error (sd 0.5

@@ -13,6 +13,7 @@ import torch
 from bnn_zoo.abstain.shift import MARTINGALES, ShiftAlarm, _Counts, checked_reference
 
 
+@pytest.mark.slow
 def test_the_alarm_sounds_at_most_alpha_of_the_time_on_exchangeable_streams_over_many_draws():
     """Ville's inequality: over whole streams of inputs drawn as the validation inputs were, any of
     the martingales ever reaches its bound in at most alpha of the draws (plus sampling slack)."""

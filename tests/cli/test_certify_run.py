@@ -157,6 +157,7 @@ def test_sets_on_too_few_validation_inputs_say_how_many_they_need(tiny_run, tmp_
         "lower coverage: python -m bnn_zoo.certify RUN --alpha 0.02 for 98% sets)")
 
 
+@pytest.mark.slow
 def test_the_calibrate_cli(certified_run, tmp_path, capsys):
     import shutil
 

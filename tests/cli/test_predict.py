@@ -219,6 +219,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     assert "answers after it are given as before: acting on the alarm is turned off" in off["alarm"]["text"]
 
 
+@pytest.mark.slow
 def test_predict_cli_leaves_a_clean_stream_as_the_certified_rule_answers_it(shared_data, tmp_path, capsys):
     """20 test digits: no alarm, every answer the certified rule's, none after an alarm; one input is no stream."""
     from bnn_zoo.data.sets import load_torchvision
@@ -258,6 +259,7 @@ def test_predict_cli_takes_a_run_s_checkpoint_for_its_run(tiny_run, tmp_path, ca
     assert answers[0] == answers[1]
 
 
+@pytest.mark.slow
 def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(tiny_run, shared_data, tmp_path,
                                                                                monkeypatch, capsys):
     """One rule: a bare shipped name (lenet) is the shipped posterior, ./lenet the folder; where both
@@ -281,6 +283,7 @@ def test_a_shipped_name_is_the_shipped_posterior_beside_a_folder_of_that_name(ti
                                        "directory (./lenet for a folder of that name)\n")
 
 
+@pytest.mark.slow
 def test_predict_cli_answers_the_good_files_beside_a_huge_one(shared_data, tmp_path, capsys):
     from bnn_zoo.data.sets import load_torchvision
 
@@ -302,6 +305,7 @@ def test_predict_cli_refuses_bad_counts(capsys):
         assert stop.value.code == 2 and f"argument {bad[0]}: must be at least" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_predict_cli_runs_no_outside_program_on_a_postscript_file(tmp_path):
     bin_dir, marker = tmp_path / "bin", tmp_path / "gs_ran"
     bin_dir.mkdir()
@@ -335,12 +339,13 @@ def test_predict_cli_prints_names_that_cannot_forge_an_answer_line(tmp_path, cap
 
 def test_bnn_zoo_predict_stays_the_function_once_the_command_line_is_imported():
     import bnn_zoo
-    import bnn_zoo.cli.predict  # the command line's module: bnn_zoo.predict stays the function
+    import bnn_zoo.cli.predict  # noqa: F401 — the command line's module: bnn_zoo.predict stays the function
 
     model, guide = bnn_zoo.build("toy_mlp", hidden=[4])
     assert bnn_zoo.predict(model, guide, torch.zeros(3, 1), num_samples=2).shape == (2, 3, 2)
 
 
+@pytest.mark.slow
 def test_python_m_bnn_zoo_predict_warns_of_nothing():
     done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "bnn_zoo.predict", "--help"],
                           capture_output=True, text=True, timeout=120)

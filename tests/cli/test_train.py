@@ -37,6 +37,7 @@ def toy_run(tmp_path_factory):
     return run_dir, metrics
 
 
+@pytest.mark.slow
 def test_toy_run_writes_its_directory(toy_run):
     run_dir, metrics = toy_run
     for name in [*RUN_FILES, "predictive.png"]:
@@ -50,6 +51,7 @@ def test_toy_run_writes_its_directory(toy_run):
         f"net.layers.{i}.{p}" for i in (1, 3, 5) for p in ("weight", "bias")]
 
 
+@pytest.mark.slow
 def test_toy_fit_passes_near_the_training_points(toy_run):
     trained = load(toy_run[0])
     points = toy_data("polynomial")
@@ -61,6 +63,7 @@ def test_toy_fit_passes_near_the_training_points(toy_run):
     assert (trained.twin(points.x)[:, 0] - points.y).abs().max() < 0.5
 
 
+@pytest.mark.slow
 def test_toy_predictive_spread_grows_away_from_the_data(toy_run):
     trained = load(toy_run[0])
     inside = predict(trained.model, trained.guide, torch.linspace(-2, 2, 41).unsqueeze(-1), 200)
@@ -84,6 +87,7 @@ def _table(path, x, y):
 
 
 # A regression on the toy and one on a table by default; every config under -m slow
+@pytest.mark.slow
 @pytest.mark.parametrize("name", these_by_default(config_names(), ("toy_mlp", "table_regression")))
 def test_cli_smoke_run_of_every_config(name, tmp_path):
     own = [f"data.path={_table(tmp_path / 'data' / 't.csv', torch.randn(60, 2), torch.arange(60) % 2)}"] \
@@ -117,6 +121,7 @@ def test_cli_errors_are_one_clear_line(capsys, tmp_path):
     assert "nothing to resume" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resume_continues_where_the_run_stopped(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 20, "train.eval_every": 10}))
     first = json.loads((tmp_path / "metrics.json").read_text())["bayes"]["history"]
@@ -127,6 +132,7 @@ def test_resume_continues_where_the_run_stopped(tmp_path):
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["epoch"] == 30
 
 
+@pytest.mark.slow
 def test_resume_refuses_overrides_that_redefine_the_run_and_rewrites_nothing(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 4, "train.eval_every": 2}))
     files = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "checkpoint.pt", "metrics.json")}
@@ -166,6 +172,7 @@ def test_resume_follows_the_new_plan_of_epochs_and_learning_rate(schedule, tmp_p
     assert slower["config"]["train"]["lr"] == 0.001
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_new_settings_even_without_new_epochs(tmp_path):
     """The checkpoint carries the resumed run's config, so loading it later sees the new settings."""
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"model.hidden": "[4]", "train.epochs": 2}))
@@ -173,6 +180,7 @@ def test_a_resumed_run_keeps_its_new_settings_even_without_new_epochs(tmp_path):
     assert load(tmp_path).config.abstention.risk == 0.05 and load(tmp_path).config.train.test_samples == 3
 
 
+@pytest.mark.slow
 def test_a_run_written_before_a_config_key_existed_resumes(tmp_path):
     """A checkpoint whose stored config lacks keys added since (here train.members and
     train.twin_dropout) resumes: the missing keys take their defaults."""
@@ -186,6 +194,7 @@ def test_a_run_written_before_a_config_key_existed_resumes(tmp_path):
     assert len(metrics["bayes"]["history"]) == 3
 
 
+@pytest.mark.slow
 def test_a_diverging_run_keeps_a_finite_checkpoint_that_resumes(tmp_path):
     with pytest.raises(TrainingError, match=r"in epoch (\d+); stopped. \S+checkpoint.pt holds epoch \d+, the last "
                                             r"with finite parameters.*resume=\S+ train.lr=0.001"):
@@ -200,6 +209,7 @@ def test_a_diverging_run_keeps_a_finite_checkpoint_that_resumes(tmp_path):
     assert not (tmp_path / "none" / CHECKPOINT).exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_diverges_late_resumes_from_its_kept_checkpoint(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 10, "train.eval_every": 5}))
     with pytest.raises(TrainingError, match="holds epoch 10"):  # lr 10 blows the trained run up
@@ -209,6 +219,7 @@ def test_a_run_that_diverges_late_resumes_from_its_kept_checkpoint(tmp_path):
     assert all(math.isfinite(h["loss"]) for h in resumed["bayes"]["history"])
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 10, "train.eval_every": 5}))
     good = load(tmp_path)
@@ -227,6 +238,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, monkeypat
     assert torch.isfinite(predict(kept.model, kept.guide, torch.linspace(-2, 2, 5).unsqueeze(-1), 3)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guide", ["lowrank", "delta"])
 def test_guides_are_a_config_choice(guide, shared_data, tmp_path):
     """Trained, checkpointed, loaded and evaluated like the default."""
@@ -245,6 +257,7 @@ def test_guides_are_a_config_choice(guide, shared_data, tmp_path):
     assert bayes.posterior == {"lowrank": "low-rank VI (rank 3)", "delta": "MAP (delta guide)"}[guide]
 
 
+@pytest.mark.slow
 def test_nuts_run_saves_samples_that_reload(tmp_path):
     cfg = tiny_config("toy_mlp", run_dir=str(tmp_path), infer="nuts", **{
         "model.hidden": "[8]", "train.epochs": 50, "mcmc.num_samples": 12, "mcmc.warmup_steps": 12,

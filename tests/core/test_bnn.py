@@ -73,6 +73,7 @@ class ResidualNet(nn.Module):
         return self.head(h.mean((2, 3)))
 
 
+@pytest.mark.slow
 def test_bayesian_wraps_a_residual_network_with_batchnorm():
     net = ResidualNet()
     original = {k: v.clone() for k, v in net.state_dict().items()}

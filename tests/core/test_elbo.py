@@ -87,6 +87,7 @@ def test_kl_estimators_say_which_terms_are_closed_form(kind):
     assert TraceKL_ELBO(closed_form_kl=False).kl_estimators(model, guide, x, y)["closed_form"] == []
 
 
+@pytest.mark.slow
 def test_split_elbo_trains_with_svi_and_num_particles():
     model, guide = build("toy_mlp", num_data=20, hidden=[8], noise_scale=0.5)
     x = torch.linspace(-1, 1, 20).unsqueeze(-1)

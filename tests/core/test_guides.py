@@ -20,6 +20,7 @@ def _weights(trace) -> dict:
             if s["type"] == "sample" and n.startswith("net.") and not s["infer"].get("is_auxiliary")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ZOO)
 def test_direct_autonormal_is_autonormal_without_the_auxiliary_sites(arch):
     """The same parameters as Pyro's AutoNormal (so its state dicts load both ways), and at the same
@@ -48,6 +49,7 @@ def test_direct_autonormal_is_autonormal_without_the_auxiliary_sites(arch):
     assert all(torch.allclose(direct.quantiles(q)[n], stock.quantiles(q)[n]) for n in _weights(ours))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["lenet", "mnist_mlp"])
 def test_shipped_posteriors_answer_as_the_autonormal_they_were_trained_as(name):
     """A shipped guide's stored tensors load unchanged and, at a fixed seed, give exactly the

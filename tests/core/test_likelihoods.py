@@ -103,6 +103,7 @@ def _train(model, guide, x, y, epochs, batch_size, lr):
         t, epochs, [], 1.0 / len(x), lambda record, due: None)
 
 
+@pytest.mark.slow
 def test_homoscedastic_noise_recovers_a_known_scale():
     n, noise = 400, 0.3
     g = torch.Generator().manual_seed(2)
@@ -113,6 +114,7 @@ def test_homoscedastic_noise_recovers_a_known_scale():
     assert model.hyperparameters["noise/scale"] == pytest.approx(noise, rel=0.1)
 
 
+@pytest.mark.slow
 def test_heteroscedastic_noise_recovers_a_known_scale():
     """The noise sd grows from 0.1 at x = -1 to 0.5 at x = 1; the network's noise output finds it."""
     n = 1000

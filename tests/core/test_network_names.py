@@ -65,6 +65,7 @@ def test_the_check_of_a_factory_s_outputs_leaves_the_network_as_it_was_made(own_
     assert torch.equal(norm.running_mean, torch.zeros(2)) and torch.equal(norm.running_var, torch.ones(2))
 
 
+@pytest.mark.slow
 def test_a_run_of_an_own_network_trains_stores_its_name_and_loads(own_nets, tmp_path):
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)
@@ -139,6 +140,7 @@ def test_a_run_of_a_network_by_name_goes_to_runs_slash_its_factory(own_nets):
     assert resolved(config_for_run(None, [f"arch={own_nets}:small_cnn"])).run_dir == "runs/small_cnn"
 
 
+@pytest.mark.slow
 def test_a_stored_network_is_built_only_once_its_name_is_trusted(own_nets, tmp_path, monkeypatch, capsys):
     """A checkpoint is data: one naming a network by name is refused (load, resume) until the user
     trusts that name, because building it imports and calls code; training with a name trusts it."""
@@ -292,6 +294,7 @@ def test_a_factory_that_catches_the_refusal_is_refused_all_the_same(tmp_path, mo
         sys.modules.pop("sly_nets", None)
 
 
+@pytest.mark.slow
 def test_a_handed_run_never_imports_a_module_from_the_folder_you_stand_in(own_nets, tmp_path, monkeypatch):
     """cd into a run someone handed you and ask it: its mynets.py is not imported (the name you
     trusted is your module, from installed packages or PYTHONPATH), and the line says so."""
@@ -359,6 +362,7 @@ def test_the_trust_list_survives_a_shared_umask_concurrent_writers_and_bad_bytes
         trust_list.trust("os:system", {})
 
 
+@pytest.mark.slow
 def test_python_m_bnn_zoo_trust_warns_of_nothing(tmp_path):
     import subprocess
 

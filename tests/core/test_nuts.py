@@ -1,4 +1,5 @@
 import pyro
+import pytest
 import torch
 
 from bnn_zoo import build, predict
@@ -10,6 +11,7 @@ def _toy():
     return x, x[:, 0] ** 3 / 4
 
 
+@pytest.mark.slow
 def test_nuts_posterior_returns_samples_and_their_diagnostics():
     model, _ = build("toy_mlp", num_data=4, hidden=[4], noise_scale=0.2)
     x, y = _toy()

@@ -17,6 +17,7 @@ def test_gaussian_prior_is_one_event_over_the_weight():
     assert prior.log_prob(w).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_the_fan_in_prior_divides_a_weight_s_scale_by_the_root_of_its_inputs():
     for shape, scale in (([50, 10], 2 / math.sqrt(10)), ([50], 2.0), ([6, 3, 5, 5], 2 / math.sqrt(75))):
         prior = FanInPrior(2.0)(torch.Size(shape))

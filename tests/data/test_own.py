@@ -199,6 +199,7 @@ def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path,
     assert log[1].startswith("mnist_mlp on csv (39 training examples)")
 
 
+@pytest.mark.slow
 def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
     g = torch.Generator().manual_seed(0)
     x = torch.rand(200, 2, generator=g) * 2 - 1
@@ -218,6 +219,7 @@ def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
     assert near["sd"] == pytest.approx((near["epistemic_sd"] ** 2 + near["noise_sd"] ** 2) ** 0.5, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_regression_learns_the_same_in_any_units_of_its_target(tmp_path):
     """Targets in thousands learn what targets in units do: the network sees them standardized by
     the training split's mean and sd (kept in the config), and answers in the targets' own units."""
@@ -354,6 +356,7 @@ def test_hidden_entries_are_no_classes_and_no_images(tmp_path):
     assert image_files(root) == [f for f, _ in files]
 
 
+@pytest.mark.slow
 def test_an_image_that_cannot_be_read_is_named_and_the_other_files_answered(folder_run, pngs, tmp_path, capsys):
     """predict on files of a folder run: a bomb or an EPS named .png is one file's error, never a
     traceback, and the files beside it are answered."""

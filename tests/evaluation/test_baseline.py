@@ -70,6 +70,7 @@ def fit(path, run_dir):
                                            "train.lr": 0.01}))
 
 
+@pytest.mark.slow
 def test_a_fit_to_a_target_of_noise_says_it_is_no_better_than_the_training_mean(tmp_path, capsys):
     """A target independent of the features: no network beats the training mean on the test rows,
     and training says so, in its log and in metrics.json."""
@@ -85,6 +86,7 @@ def test_a_fit_to_a_target_of_noise_says_it_is_no_better_than_the_training_mean(
             f"{base['test/nll']:.4f}): check that the inputs carry the target") in log
 
 
+@pytest.mark.slow
 def test_a_fit_to_a_plain_signal_says_nothing(tmp_path, capsys):
     signal = table(tmp_path / "signal.csv", lambda x, noise: 2 * x[:, 0] - x[:, 1] + 0.1 * noise)
     metrics = fit(signal, tmp_path / "run")

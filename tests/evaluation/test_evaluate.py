@@ -16,6 +16,7 @@ from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution
 from bnn_zoo.posterior import BAYES, TWIN, TWIN_SCALED
 
 
+@pytest.mark.slow
 def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, capsys):
     args = [str(tiny_run), "--samples", "4", "--test-size", "200", "--ood", "notmnist", "noise",
             "--ood-size", "100"]
@@ -273,6 +274,7 @@ def test_overlaid_digits_are_handled_when_refused_or_answered_with_both():
     assert handled_overlaid(probs, pairs, Rule(threshold=0.4), wide) == 1.0
 
 
+@pytest.mark.slow
 def test_a_shipped_posterior_is_evaluated_by_name_beside_you(shared_data, tmp_path, monkeypatch, capsys):
     from bnn_zoo.cli import evaluate
 

@@ -166,6 +166,7 @@ def test_a_decompression_bomb_is_refused(client):
     assert reply.status_code == 400 and "too large" in reply.json()["error"]
 
 
+@pytest.mark.slow
 def test_concurrent_users_get_their_own_answers(client):
     inputs = ["digit", "blank", "letter", "noise", "overlaid"] * 3
     alone = {name: ask(client, example=name).json() for name in set(inputs)}
@@ -176,6 +177,7 @@ def test_concurrent_users_get_their_own_answers(client):
         assert found["text"] == alone[name]["text"]
 
 
+@pytest.mark.slow
 def test_first_visitors_load_each_model_once_beside_the_answers(monkeypatch):
     import bnn_zoo.page.answers
 
@@ -524,6 +526,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path):
     from bnn_zoo.runs.checkpoint import CHECKPOINT, read, save_atomic
 

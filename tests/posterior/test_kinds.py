@@ -256,6 +256,7 @@ def test_an_ensemble_grows_on_resume_and_goes_whole_on_overwrite(shared_data, tm
     assert not (tmp_path / MEMBERS).exists() and load(tmp_path).members == []
 
 
+@pytest.mark.slow
 def test_a_missing_member_is_named(shared_data, tmp_path):
     train(ensemble_config("mnist_mlp", tmp_path, **{"train.twin": False, "abstention.certify": False}))
     (tmp_path / MEMBERS / "1" / CHECKPOINT).unlink()

@@ -114,6 +114,7 @@ def test_a_kind_registered_here_trains_saves_loads_certifies_answers_and_scores(
         register(Jittered)
 
 
+@pytest.mark.slow
 def test_a_trained_run_gets_a_kind_fitted_on_resume_without_a_new_epoch(jittered, tmp_path):
     """``train resume=RUN train.posteriors=[...]``: the kind is fitted around the trained twin, the
     weights stay, and the run is certified again with its rule and the alarm's reference."""

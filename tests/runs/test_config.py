@@ -297,6 +297,7 @@ def test_interpolations_are_resolved_or_named():
     assert message(["train.epochs=${train.lr}"]) == "bad config key 'train.epochs': must be a whole number, not 0.001"
 
 
+@pytest.mark.slow
 def test_a_bad_override_on_the_command_line_is_one_line_and_exit_code_2():
     done = subprocess.run([sys.executable, "-m", "bnn_zoo.train", "toy_mlp", "train.epochs=${nope}"],
                           capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": os.getcwd()})

@@ -108,6 +108,7 @@ def test_without_patience_the_checkpoint_follows_the_run(tmp_path, monkeypatch):
     assert read(tmp_path / "run" / TWIN_CHECKPOINT)["epoch"] == 8
 
 
+@pytest.mark.slow
 def test_a_run_stopped_early_resumes_from_its_best_evaluation_to_the_same_end(tmp_path):
     """Resumed as it was, it replays from the best evaluation (the checkpoint's epoch, weights,
     optimizer and random state) to the same stop and the same figures; with more patience it

@@ -172,6 +172,7 @@ def test_one_rank_under_torchrun_trains_through_ddp_as_one_process_trains(tmp_pa
     assert all(torch.equal(value, b["guide"][name]) for name, value in a["guide"].items())
 
 
+@pytest.mark.slow
 def test_a_run_directory_rank_0_refuses_stops_every_rank_in_one_line_each(tmp_path):
     """Rank 0 alone claims the run directory; where it refuses (another run's files there), rank 1
     stops with its words, not with a broken connection's traceback. The two ranks are started as
@@ -318,6 +319,7 @@ def _first_fails(rank: int, port: int, out: str) -> None:
             (Path(out) / f"{rank}.txt").write_text(f"{loaded} {err}")
 
 
+@pytest.mark.slow
 def test_a_first_rank_that_cannot_load_the_data_stops_every_rank(tmp_path):
     """The first rank of a machine loads (downloads) first; where it fails, the others do not try
     the same download again but stop, naming its error."""

@@ -16,6 +16,7 @@ from bnn_zoo.runs.run_dir import claim, existing_run, write_atomic
 TOY = {"train.epochs": 4, "train.eval_every": 2}
 
 
+@pytest.mark.slow
 def test_a_new_run_stops_where_another_run_lives(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
     before = (tmp_path / CHECKPOINT).read_bytes()
@@ -29,6 +30,7 @@ def test_a_new_run_stops_where_another_run_lives(tmp_path):
     assert (tmp_path / CHECKPOINT).read_bytes() != before
 
 
+@pytest.mark.slow
 def test_a_failed_replacement_leaves_the_old_run_whole(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
     files = {name: (tmp_path / name).read_bytes() for name in existing_run(tmp_path)}
@@ -48,6 +50,7 @@ def test_one_process_at_a_time_trains_into_a_folder(tmp_path):
         pass
 
 
+@pytest.mark.slow
 def test_a_killed_process_releases_its_run_directory(tmp_path):
     code = ("import sys, time\nfrom pathlib import Path\nfrom bnn_zoo.runs.run_dir import claim\n"
             "with claim(Path(sys.argv[1])):\n    print('claimed', flush=True)\n    time.sleep(60)\n")
@@ -91,6 +94,7 @@ def test_a_crash_mid_training_leaves_a_checkpoint_that_resumes(tmp_path):
     assert [h["epoch"] for h in resumed["bayes"]["history"]][-1] == epoch + 2
 
 
+@pytest.mark.slow
 def test_overwrite_takes_only_the_old_runs_own_files(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{**TOY, "train.members": 2, "train.test_samples": 4}))
     (tmp_path / "notes.txt").write_text("mine")
@@ -111,6 +115,7 @@ def test_files_no_run_wrote_are_never_taken(tmp_path):
     assert (tmp_path / "members" / "notes.txt").read_text() == "mine" and not (tmp_path / CHECKPOINT).exists()
 
 
+@pytest.mark.slow
 def test_resume_with_another_run_dir_is_refused(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path / "a"), **TOY))
     with pytest.raises(ConfigError, match=r"resume=\S+a continues the run in \S+a, not in \S+b: drop run_dir="):
@@ -118,6 +123,7 @@ def test_resume_with_another_run_dir_is_refused(tmp_path):
     assert config_for_run(None, [f"resume={tmp_path / 'a'}", f"run_dir={tmp_path / 'a'}"]).run_dir == str(tmp_path / "a")
 
 
+@pytest.mark.slow
 def test_a_planted_link_in_a_run_directory_is_not_written_through(tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("the user's")
@@ -159,6 +165,7 @@ def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
     assert [m.epoch for m in trained.members] == [400, 400]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trouble, reason", [("read-only", "Read-only file system"),
                                            ("full", "No space left on device")])
 def test_an_unwritable_run_directory_stops_resume_before_any_work(tmp_path, trouble, reason):
@@ -173,6 +180,7 @@ def test_an_unwritable_run_directory_stops_resume_before_any_work(tmp_path, trou
         assert (disk / "run" / CHECKPOINT).read_bytes() == before and load(disk / "run").epoch == 4
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_during_training_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     from bnn_zoo.runs import files
 
@@ -221,6 +229,7 @@ def test_links_among_an_ensemble_s_members_are_neither_followed_nor_deleted(tmp_
     assert {p: p.read_bytes() for p in (other / "members" / "1").iterdir() if p.is_file()} == kept
 
 
+@pytest.mark.slow
 def test_overwrite_leaves_a_folder_that_only_has_a_run_file_s_name(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **TOY))
     (tmp_path / "eval.json").mkdir()
