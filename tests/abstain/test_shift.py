@@ -137,7 +137,8 @@ def test_the_shipped_lenet_sees_a_stream_of_one_ordinary_digit_repeated(shared_d
     """10,000 copies of an ordinary MNIST test digit left the alarm silent ("10000 inputs look like the
     ones the guarantee was certified on"): its entropy lies among the certifying digits' own. The
     repeat martingale sounds once the digit has come more often than the certifying inputs' most
-    common score (0 bits, 1,647 of 5,000)."""
+    common score (0 bits, 2,310 of 5,000: the shipped lenet's reference, each digit read as given
+    and remade)."""
     import pyro
 
     from bnn_zoo.data.inputs import pixel_inputs
@@ -150,8 +151,8 @@ def test_the_shipped_lenet_sees_a_stream_of_one_ordinary_digit_repeated(shared_d
     with pyro.settings.context(module_local_params=True):
         pyro.set_rng_seed(0)
         probs = posteriors(trained)["bayes"].predict(pixel_inputs(trained.config.data, images[4:5]), 100)
-    alarm = trained.alarm("bayes").observe(probs.expand(-1, 2100, -1))
-    assert alarm.direction == "repeated" and 1647 < alarm.alarm_at <= 2000
+    alarm = trained.alarm("bayes").observe(probs.expand(-1, 3000, -1))
+    assert alarm.direction == "repeated" and 2310 < alarm.alarm_at <= 3000
     assert bool((alarm.peaks[:2] < alarm.log_bounds[:2]).all())  # the two martingales of its level: silent
 
 
