@@ -194,6 +194,7 @@ def training_step(contender: str, arch: str, hidden, batch_size: int, device):
 
     from bnn_zoo.core.architectures import make_net
     from bnn_zoo.runs.loop import adam
+    from bnn_zoo.runs.loop import training_step as loop_step
 
     if contender in CAPTURE:
         return _zoo(CAPTURE[contender], arch, hidden, batch_size, device)
@@ -207,14 +208,13 @@ def training_step(contender: str, arch: str, hidden, batch_size: int, device):
         if contender == "twin_compiled":
             twin_loss = torch.compile(twin_loss, dynamic=False, options={"triton.cudagraphs": graphed})
 
+        step = loop_step(twin_loss, optimizer)  # the twin's step as the zoo trains it
+        if not graphed:
+            return step
+
         def twin_step(x, y):
-            if graphed:  # a new step of the CUDA graphs: the last one's loss is no longer read
-                torch.compiler.cudagraph_mark_step_begin()
-            optimizer.zero_grad(set_to_none=True)
-            loss = twin_loss(x, y)
-            loss.backward()
-            optimizer.step()
-            return loss.detach()
+            torch.compiler.cudagraph_mark_step_begin()  # a new step of the CUDA graphs: the last loss is no longer read
+            return step(x, y)
         return twin_step
     if contender in ("bbb", "bbb_compiled"):
         params, loss = bayes_by_backprop(net)

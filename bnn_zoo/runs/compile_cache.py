@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -72,8 +72,6 @@ def mark(signature: str) -> None:
     if os.path.abspath(os.environ.get(TORCH_ENV, "")) != os.path.abspath(folder()):
         return
     path = _marker(signature)
-    try:
+    with suppress(OSError):  # an unwritable folder: the next run weighs a cold compile, as said above
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    except OSError:
-        pass
