@@ -99,11 +99,13 @@ class Stream:
         self.rule, self.alarm, self.after_alarm, self.act = rule, alarm, after_alarm, act
         self.why_not, self.advice = why_not, advice
         self.refused_after_alarm = 0  # inputs the after-alarm rule refused that the rule alone answers
+        self.asked_rule = False  # the last inputs were answered by a rule the caller gave (decide's rule)
 
     @property
     def acting(self) -> bool:
-        """Whether the after-alarm rule answers the inputs after the alarm."""
-        return self.act and self.after_alarm is not None and self.alarm is not None
+        """Whether the after-alarm rule answers the inputs after the alarm (not where the last inputs
+        were answered by a rule the caller gave)."""
+        return self.act and self.after_alarm is not None and self.alarm is not None and not self.asked_rule
 
     def decide(self, probs: torch.Tensor, density: torch.Tensor | None = None, again: bool = False,
                rule: Rule | Callable[..., Decision] | None = None) -> StreamDecision:
@@ -111,7 +113,7 @@ class Stream:
         order (``density``: the scores a density gate reads). ``again``: they are the last N inputs
         asked again (the alarm does not take them twice); ``rule``: answered by this rule instead
         (the after-alarm rule, certified nested in the stream's own, does not act on it)."""
-        n = probs.shape[1]
+        n, self.asked_rule = probs.shape[1], rule is not None
         seen = self.alarm.seen if self.alarm is not None else 0
         if self.alarm is not None and not again:
             self.alarm.observe(probs)
@@ -120,7 +122,7 @@ class Stream:
         at = self.alarm.alarm_at if self.alarm is not None else None
         after = position >= at if at is not None else torch.zeros(n, dtype=torch.bool, device=probs.device)
         ordinary = (self.rule if rule is None else rule)(probs, density)
-        if not (self.acting and rule is None and bool(after.any())):
+        if not (self.acting and bool(after.any())):
             return StreamDecision(ordinary, ordinary, after, first)
         strict = self.after_alarm(probs, density)
         row = after[:, None]
@@ -149,11 +151,16 @@ class Stream:
             refused = "1 input" if self.refused_after_alarm == 1 else f"{self.refused_after_alarm} inputs"
             line += (f"; from input {self.alarm.alarm_at} on, answers are held to the stricter after-alarm rule "
                      f"({refused} refused that the certified rule alone would have answered)")
-        elif not self.act:
-            line += "; answers after it are given as before: acting on the alarm is turned off"
         else:
-            line += f"; answers after it are given as before: {self.why_not}"
+            line += f"; answers after it are given as before: {self._why_not_acting()}"
         return line + (f"; {self.advice}" if self.advice else "")
+
+    def _why_not_acting(self) -> str:
+        if not self.act:
+            return "acting on the alarm is turned off"
+        if self.asked_rule:
+            return "they are answered by the rule asked for, which the after-alarm rule does not replace"
+        return str(self.why_not)
 
     def to_dict(self) -> dict | None:
         """The alarm's state and figures, whether the after-alarm rule acts, and its line."""
@@ -161,5 +168,5 @@ class Stream:
             return None
         return {**self.alarm.to_dict(), "acting": self.acting,
                 "after_alarm_rule": self.after_alarm.to_dict() if self.after_alarm is not None else None,
-                "why_not": None if self.acting or not self.act else self.why_not,
+                "why_not": None if self.acting or not self.act else self._why_not_acting(),
                 "refused_after_alarm": self.refused_after_alarm, "text": self.describe()}

@@ -168,12 +168,18 @@ def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
     return -(p * p.clamp_min(1e-12).log()).sum(-1) / LOG2
 
 
+def predictive_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """[N]: the entropy of the mean prediction in bits, from sampled predictions [S, N, C]
+    (``uncertainty``'s ``entropy``, without its other scores and checks)."""
+    return _entropy_bits(probs.mean(0))
+
+
 def uncertainty(probs: torch.Tensor, quantile: float = 0.5) -> dict[str, torch.Tensor]:
     """Per-input scores [N]: predictive entropy, expected entropy and mutual information (bits),
     the max mean probability, and the quantile probability of the top class."""
     check_probs(probs)
     mean = probs.mean(0)
-    total = _entropy_bits(mean)
+    total = predictive_entropy(probs)
     expected = _entropy_bits(probs).mean(0)
     top = mean.argmax(1)
     top_samples = probs.gather(2, top.expand(probs.shape[0], -1).unsqueeze(2)).squeeze(2)

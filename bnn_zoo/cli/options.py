@@ -96,11 +96,13 @@ def add_rule_options(parser: argparse.ArgumentParser, calibrated: bool = True) -
                         help="quantile rule: accept the classes whose quantile probability reaches this (default 0.2)")
 
 
-def add_alarm_option(parser: argparse.ArgumentParser) -> None:
+ACT_ON_ALARM = ("from the input that sounds the shift alarm on, hold a stream's answers to the stricter "
+                "after-alarm rule (default; --no-act-on-alarm: the certified rule alone)")
+
+
+def add_alarm_option(parser: argparse.ArgumentParser, help: str = ACT_ON_ALARM) -> None:
     """Whether a stream's answers act on its shift alarm (bnn_zoo.abstain.after_alarm)."""
-    parser.add_argument("--act-on-alarm", action=argparse.BooleanOptionalAction, default=True,
-                        help="from the input that sounds the shift alarm on, hold a stream's answers to the stricter "
-                             "after-alarm rule (default; --no-act-on-alarm: the certified rule alone)")
+    parser.add_argument("--act-on-alarm", action=argparse.BooleanOptionalAction, default=True, help=help)
 
 
 def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> None:

@@ -32,10 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     parser.add_argument("--max-upload-mb", type=_megabytes, default=MAX_UPLOAD / 2 ** 20,
                         help=f"largest upload accepted (default {MAX_UPLOAD / 2 ** 20:g} MB)")
-    parser.add_argument("--act-on-alarm", action=argparse.BooleanOptionalAction, default=True,
-                        help="once a model's shift alarm sounds, hold its answers to the stricter after-alarm rule "
-                             "until a new stream starts (default; --no-act-on-alarm: the certified rule alone, and "
-                             "a new stream after each alarm)")
+    cli.add_alarm_option(parser, help="once a model's shift alarm sounds, hold its answers to the stricter "
+                                      "after-alarm rule until a new stream starts (default; --no-act-on-alarm: the "
+                                      "certified rule alone, and a new stream after each alarm)")
     args = parser.parse_args(argv)
     return cli.run(lambda: _serve(args))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..abstain.rule import uncertainty
+from ..abstain.rule import predictive_entropy
 from ..data.images import remade
 from ..data.sets import MNIST_MEAN, MNIST_STD, normalize
 from .base import Posterior
@@ -37,7 +37,7 @@ class SurerReading(Posterior):
                 batch_size: int = 500) -> torch.Tensor:
         given = self.posterior.predict(x, num_samples, chunk_size, batch_size)
         again = self.posterior.predict(remade_inputs(x), num_samples, chunk_size, batch_size)
-        surer = uncertainty(again)["entropy"] < uncertainty(given)["entropy"]
+        surer = predictive_entropy(again) < predictive_entropy(given)
         return torch.where(surer[None, :, None], again, given)
 
     def chunks(self, x, num_samples, chunk_size):

@@ -108,6 +108,10 @@ def test_asked_again_the_last_input_keeps_its_place_and_a_rule_of_the_caller_s_i
     assert bool(again.decision.refused[0]) and stream.refused_after_alarm == 12 - stream.alarm.alarm_at + 1
     knobs = stream.decide(_inputs(0.75), rule=Rule(0.5, 0.3))  # the page's knobs: that rule answers
     assert bool(knobs.after_alarm[0]) and not knobs.decision.refused[0] and knobs.first == 13
+    assert stream.to_dict()["acting"] is False and stream.describe().endswith(  # and the stream says so
+        "; answers after it are given as before: they are answered by the rule asked for, which the after-alarm "
+        "rule does not replace; certify on inputs like these")
+    assert stream.decide(_inputs(0.75)).decision.refused[0] and stream.to_dict()["acting"] is True  # its own again
 
 
 @pytest.mark.parametrize("act, after", [(False, Rule(0.5, 0.8)), (True, None)])
