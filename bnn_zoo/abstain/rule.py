@@ -163,6 +163,13 @@ class Rule:
     def from_dict(cls, d: dict) -> "Rule":
         return cls(d["quantile"], d["threshold"], d["signal"], math.inf if d["cut"] is None else d["cut"])
 
+    def in_words(self) -> str:
+        """The rule as the command lines say it: "median >= 0.85, refuse when mutual_information > 0.4642 bits"."""
+        text = f"median >= {self.threshold}" if self.quantile == 0.5 else f"{self.quantile:g} quantile >= {self.threshold}"
+        if self.signal == DENSITY:  # minus the log density of its features, in nats
+            return text + f", refuse when minus the log density of its features > {self.cut:.4g} nats"
+        return text + (f", refuse when {self.signal} > {self.cut:.4g} bits" if self.signal else "")
+
 
 def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
     return -(p * p.clamp_min(1e-12).log()).sum(-1) / LOG2

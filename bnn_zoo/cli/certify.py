@@ -230,14 +230,12 @@ def summary(certified: dict, run_dir: str | Path = "RUN_DIR") -> str:
         if "temperature" in c:
             set_line += f"; temperature {c['temperature']:.4g}"
 
-        r, v = c["rule"], c["validation"]
-        unit = "nats" if r["signal"] == DENSITY else "bits"
-        gate = f", refuse when {r['signal']} > {r['cut']:.4g} {unit}" if r["signal"] else ""
+        v = c["validation"]
         missed = "" if v.get("max_refusal_met", True) else (
             f"; MAX_REFUSAL MISSED: no certified rule refuses at most {c['max_refusal']:.2%}, so this one answers the "
             "most (train longer, or ask for a higher risk)")
         smallest = f"; the smallest risk they certify: {c['smallest_risk']:g}" if c.get("smallest_risk") else ""
-        lines.append(f"{part}: median >= {r['threshold']}{gate}; on {v['size']} validation inputs "
+        lines.append(f"{part}: {Rule.from_dict(c['rule']).in_words()}; on {v['size']} validation inputs "
                      f"refused {v['refused']:.2%}, error rate among accepted {v['risk']:.4%} "
                      f"(certified <= {c['risk']} with probability >= {1 - c['delta']}){smallest}{missed}{set_line}"
                      f"{after_alarm_line(c.get('after_alarm'))}")
@@ -250,10 +248,8 @@ def after_alarm_line(entry: dict | None) -> str:
         return ""
     if "error" in entry:
         return f"; no after-alarm rule ({entry['error']})"
-    r, v = entry["rule"], entry["validation"]
-    unit = "nats" if r["signal"] == DENSITY else "bits"
-    gate = f", refuse when {r['signal']} > {r['cut']:.4g} {unit}" if r["signal"] else ""
-    return (f"; after the shift alarm: {r['quantile']:g} quantile >= {r['threshold']}{gate}, refused "
+    v = entry["validation"]
+    return (f"; after the shift alarm: {Rule.from_dict(entry['rule']).in_words()}, refused "
             f"{v['refused']:.2%} of validation (certified <= {entry['risk']} with probability >= {1 - entry['delta']})")
 
 

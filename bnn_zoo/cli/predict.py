@@ -27,7 +27,7 @@ import pyro
 import torch
 
 from ..abstain.after_alarm import AFTER_ALARM_RULE, Stream
-from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
+from ..abstain.rule import SIGNALS, uncertainty
 from ..core.errors import ConfigError, DataError
 from ..core.likelihoods import Categorical
 from ..data.images import load_image
@@ -137,19 +137,12 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     certified = args.rule == "quantile" or "rule" in trained.calibration.get(args.posterior, {})
     other = (f"; its conformal sets answer at the {sets.samples} posterior samples they were certified with "
              f"(--samples {sets.samples})") if sets else ""
-    text = "rule: " + _in_words(rule) + ("" if certified else " (the quantile rule: this run has no certified rule; "
+    text = "rule: " + rule.in_words() + ("" if certified else " (the quantile rule: this run has no certified rule; "
                                                              f"python -m bnn_zoo.certify RUN_DIR writes one{other})")
     if stream.after_alarm is not None:
         text += "\nafter the shift alarm" + ("" if stream.act else " (not acting: --no-act-on-alarm)") + ": " + \
-            _in_words(stream.after_alarm)
+            stream.after_alarm.in_words()
     return text, stream
-
-
-def _in_words(rule: Rule) -> str:
-    text = f"median >= {rule.threshold}" if rule.quantile == 0.5 else f"{rule.quantile:g} quantile >= {rule.threshold}"
-    if rule.signal == DENSITY:  # minus the log density of its features, in nats
-        return text + f", refuse when minus the log density of its features > {rule.cut:.4g} nats"
-    return text + (f", refuse when {rule.signal} > {rule.cut:.4g} bits" if rule.signal else "")
 
 
 def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -> str:
