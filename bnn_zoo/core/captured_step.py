@@ -121,29 +121,24 @@ class CapturedStep:
     found them), raises ``NotCaptured`` at each call; the others still replay. A compiled graph that
     fails while running falls back to the graph replayed op by op. On CUDA each call starts a new
     step of the CUDA graph: read the last call's results before the next. ``cached``: the compiled
-    graph may come from and go to torch's compile caches.
+    graph may come from and go to torch's compile caches; ``on_compiled`` is called once it has run.
     """
 
     def __init__(self, fn: Callable, modules: Sequence[nn.Module], compiled: bool = False,
                  note: Callable[[str], None] = warnings.warn, optimizer: torch.optim.Optimizer | None = None,
-                 cached: bool = True):
+                 cached: bool = True, on_compiled: Callable[[], None] | None = None):
         for module in modules:
             if isinstance(module, AutoGuide) and getattr(module, "prototype_trace", True) is None:
                 raise ValueError(f"the {type(module).__name__} has no parameters yet: call it once "
                                  "(guide(x)) before capturing a step")
         self.root = _Modules(fn, modules)
-        self.compiled, self.note, self.cached = compiled, note, cached
+        self.compiled, self.note, self.cached, self.on_compiled = compiled, note, cached, on_compiled
         self.graphs: dict[tuple, Callable | NotCaptured] = {}
         self.params = dict(self.root.named_parameters())
         self.buffers = dict(self.root.named_buffers())
         self.modes = [m for m in self.root.modules()]
         self.optimizer = optimizer
         self.adam = None if optimizer is None else InGraphAdam(optimizer, list(self.params.values()))
-
-    @property
-    def is_compiled(self) -> bool:
-        """Whether a compiled graph runs (compiled and not fallen back)."""
-        return any(isinstance(g, Compiled) and g.compiled for g in self.graphs.values())
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         key = (tuple((tuple(t.shape), t.dtype, t.device) for t in inputs), tuple(m.training for m in self.modes))
@@ -214,7 +209,7 @@ class CapturedStep:
             return graph
         static = [*arguments[0], *arguments[1], *(adam.tensors() if adam else [])]
         return Compiled(graph, self.note, "the captured step runs uncompiled", cuda_graphs=True, order=True,
-                        cached=self.cached, static=static)
+                        cached=self.cached, static=static, on_compiled=self.on_compiled)
 
 
 class _Replay(torch.autograd.Function):

@@ -36,11 +36,14 @@ class Compiled:
     tensors of ``static``, which the graph may write, stay where they are); where compiling fails
     (no C++ compiler, an op inductor lacks), or the compiled function fails while running, ``fn``
     itself runs from then on, with a note that ends in ``fallback``, drawing what the compiled one
-    would have. ``order``: ``fn`` is an FX graph whose draws are chained in their order first."""
+    would have. ``order``: ``fn`` is an FX graph whose draws are chained in their order first.
+    ``on_compiled``: called once, when the compiled function has run."""
 
     def __init__(self, fn: Callable, note: Callable[[str], None], fallback: str, cuda_graphs: bool,
-                 order: bool = False, cached: bool = True, static: tuple = ()):
+                 order: bool = False, cached: bool = True, static: tuple = (),
+                 on_compiled: Callable[[], None] | None = None):
         self.fn, self.note, self.fallback, self.cuda_graphs = fn, note, fallback, cuda_graphs
+        self.on_compiled = on_compiled
         self.order, self.cached, self.static = order, cached, static
         self.run, self.cuda = None, False
 
@@ -80,6 +83,8 @@ class Compiled:
         for device, state in zip(cuda_devices, rng[1]):
             torch.cuda.set_rng_state(state, device)
         self.run = compiled
+        if self.on_compiled is not None:
+            self.on_compiled()
         return out
 
     def _running(self, args):

@@ -122,8 +122,13 @@ class BayesPhase:
         self.capture_reason = reason(t.capture, steps, kind, warm)
         self._captured = None if self.capture == "eager" else \
             CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile", log,
-                         cached=self.cached)
+                         cached=self.cached, on_compiled=self._mark_cached)
         self._uncaptured: set[str] = set()  # why a step was not captured, said once each
+
+    def _mark_cached(self) -> None:
+        """The compile cache's note that it holds this step (where the run keeps its compiled steps)."""
+        if self.cached:
+            compile_cache.mark(self.signature)
 
     def parameters(self) -> list[torch.Tensor]:
         return [*self.guide.parameters(), *self.model.parameters()]
@@ -153,8 +158,7 @@ class BayesPhase:
         if self.capture == "eager":
             return None
         whole = CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile",
-                             self.log, optimizer=optimizer, cached=self.cached)
-        marked = [not self.cached]  # the compile cache's note that it holds this step, once
+                             self.log, optimizer=optimizer, cached=self.cached, on_compiled=self._mark_cached)
 
         def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             try:
@@ -166,9 +170,6 @@ class BayesPhase:
                 loss.backward()
                 optimizer.step()
                 loss = loss.detach()
-            if not marked[0] and whole.is_compiled:
-                marked[0] = True
-                compile_cache.mark(self.signature)
             self._data_fit = self._data_fit + data_fit
             return loss
 

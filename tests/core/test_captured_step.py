@@ -246,6 +246,26 @@ def test_a_phase_that_cannot_capture_says_so_and_trains_as_pyro_does():
     assert losses["trace"] == losses["eager"]
 
 
+@pytest.mark.slow  # two compiles
+@pytest.mark.parametrize("path", ["updating", "loss"])
+def test_a_phase_notes_its_compiled_step_in_the_cache_on_either_path(path, tmp_path, monkeypatch):
+    """Once the compiled step has run, the compile cache notes that it holds it: through the step
+    with Adam in it (one process) and through the loss alone (what DDP steps), once, and not before."""
+    from bnn_zoo.runs import compile_cache
+
+    monkeypatch.setenv(compile_cache.CACHE_ENV, str(tmp_path))
+    cfg = tiny_config("mnist_mlp", **{"model.hidden": "[8]", "train.capture": "compile"})
+    x, y = example_batch("mnist_mlp")
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False), \
+            compile_cache.compile_cache(True):  # as the loop runs its steps: without argument validation
+        plan = Plan.of(make(cfg, "compile"))
+        phase = BayesPhase(plan.networks, plan.train, 1000, "cpu", log=pytest.fail)  # captured, or it says why
+        assert not compile_cache.warm(phase.signature)
+        step = phase.updating(adam(phase.parameters(), 1e-3)) if path == "updating" else phase.loss
+        step(x, y)
+        assert compile_cache.warm(phase.signature)
+
+
 def make(cfg, capture):
     from bnn_zoo.runs.config import make_config, resolved
 
