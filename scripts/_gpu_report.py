@@ -110,7 +110,7 @@ def _section(name: str, found: dict) -> list[str]:
         return lines + ([""] + ["```", *errors, "```"] if errors else [])
     if name == "tests":
         return [f"{'passed' if found.get('ok') else 'FAILED'}: {found.get('summary', '')}", "", "```",
-                *found.get("outcomes", []), *([found["tail"][-1500:]] if found.get("tail") else []), "```"]
+                *found.get("outcomes", []), *([found["tail"]] if found.get("tail") else []), "```"]
     if name == "profile" and found.get("ok"):
         lines = [f"{found['arch']} ({found['capture']}), batch {found['batch_size']}: {found['step_ms']:.3f} ms a step "
                  f"({found['steps_per_s']:.0f} steps/s), the device busy {_num(found['device_busy_ms_per_step'])} ms "

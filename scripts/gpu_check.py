@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -162,14 +163,26 @@ def predict_seconds(c: Check, run_dir: Path) -> float:
 
 def check_tests(c: Check) -> dict:
     parallel = ["-n", "4"] if importlib.util.find_spec("xdist") else []
-    code, tail, seconds = run([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-rA", "-p", "no:cacheprovider",
-                               "-p", "no:logging", "--tb=short", *parallel],  # a failure's reason, not its logs
-                              c.budget.timeout(NEEDS["tests"][1]), BNN_ZOO_DATA=c.args.data_root)
-    lines = tail.strip().splitlines()
+    code, out, seconds = run([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-rA", "-p", "no:cacheprovider",
+                              "-p", "no:logging", "-p", "no:warnings", "--tb=short", *parallel],
+                             c.budget.timeout(NEEDS["tests"][1]), BNN_ZOO_DATA=c.args.data_root)
+    lines = out.strip().splitlines()
     outcomes = [line for line in lines if line.startswith(("PASSED", "FAILED", "ERROR", "SKIPPED"))]
-    return {"ok": code == 0, "seconds": seconds, "summary": lines[-1] if lines else "", "outcomes": outcomes,
-            "failed": [line for line in outcomes if line.startswith(("FAILED", "ERROR"))],
-            **({} if code == 0 else {"tail": tail[-2500:]})}
+    return {"ok": code == 0, "seconds": seconds, "summary": next((line for line in reversed(lines)
+                                                                   if PYTEST_RESULT.search(line)), ""),
+            "outcomes": outcomes, "failed": [line for line in outcomes if line.startswith(("FAILED", "ERROR"))],
+            **({} if code == 0 else {"tail": failures(out)})}
+
+
+PYTEST_RESULT = re.compile(r"\d+ (passed|failed|error)")
+
+
+def failures(out: str, most: int = 2500) -> str:
+    """pytest's FAILURES section (each failure's short traceback and reason), not the warnings and
+    logs printed after it; the output's end where it has none (a crash before the summary)."""
+    start, end = out.find("= FAILURES ="), out.find("short test summary info")
+    found = out[out.rfind("\n", 0, start) + 1:end] if 0 <= start < end else out
+    return found[:most] if 0 <= start < end else found[-most:]
 
 
 def check_profile(c: Check) -> dict:

@@ -579,7 +579,10 @@ class FakeGPU:
             return 0, json.dumps({"arch": "lenet", "torch": "2.11", "torch_chains_random_ops": False,
                                   "variants": {"ordered, CUDA graph": calls}}), self.seconds
         if what == "pytest":
-            return 1, "PASSED tests/a.py::ok\nFAILED tests/b.py::off - AssertionError\n1 failed, 1 passed", self.seconds
+            return 1, ("PASSED tests/a.py::ok\n" + "=" * 10 + " FAILURES " + "=" * 10 + "\n___ off ___\n"
+                       "tests/b.py:3: in off\n    assert gap < 1e-6\nE   AssertionError: gap 0.25\n" + "=" * 5 +
+                       " short test summary info " + "=" * 5 + "\nFAILED tests/b.py::off - AssertionError\n"
+                       "1 failed, 1 passed in 3.0s\n" + "a warning printed after the summary\n" * 200), self.seconds
         if what.startswith("train"):
             run_dir = Path(named.get("run_dir") or named["resume"])
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -614,6 +617,8 @@ def test_gpu_check_writes_each_section_as_it_ends_and_skips_what_its_budget_cann
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["mnist_mlp"]["resumed"]["epoch_seconds"][-1] == 2.0 and report["mnist_mlp"]["same_as_pyro"]
     assert report["tests"]["failed"] == ["FAILED tests/b.py::off - AssertionError"]
+    assert report["tests"]["summary"] == "1 failed, 1 passed in 3.0s"  # not the warnings after it
+    assert report["tests"]["tail"].startswith("=" * 10 + " FAILURES") and "AssertionError: gap 0.25" in report["tests"]["tail"]
     assert report["sections"]["lenet"].startswith("skipped: ") and "lenet" not in report  # 140 s were gone
     text = (out / "gpu_check.md").read_text()
     assert "| mnist_mlp epoch, compiled (s) | 0.160 | <= 0.2 | yes |" in text

@@ -65,7 +65,7 @@ def _inputs(*tops: float) -> torch.Tensor:
 
 
 SURE = (0.976, 0.978, 0.98, 0.982, 0.984)  # scores 0.13 to 0.19 bits, as the reference's
-UNSURE = (0.6, 0.7, 0.98, 0.62, 0.72, 0.64, 0.981, 0.74)  # mostly less sure than the rule after the alarm asks
+UNSURE = (0.6, 0.7, 0.98, 0.62, 0.72, 0.64, 0.981, 0.74) * 3  # mostly less sure than the rule after the alarm asks
 
 
 def test_a_stream_answers_with_the_rule_until_its_alarm_and_with_both_rules_from_the_input_that_sounds_it():
@@ -75,19 +75,20 @@ def test_a_stream_answers_with_the_rule_until_its_alarm_and_with_both_rules_from
     shifted = _inputs(*UNSURE)
     answered = stream.decide(shifted)
     at = stream.alarm.alarm_at
-    assert answered.first == 6 and 6 < at <= 13  # the alarm sounded inside this batch, not at its start
-    after = torch.arange(6, 14) >= at
+    n = len(UNSURE)
+    assert answered.first == 6 and 6 < at <= 5 + n  # the alarm sounded inside this batch, not at its start
+    after = torch.arange(6, 6 + n) >= at
     assert torch.equal(answered.after_alarm, after)
     rule, strict = Rule(0.5, 0.4)(shifted), Rule(0.5, 0.8)(shifted)
     assert torch.equal(answered.ordinary.refused, rule.refused) and not rule.refused.any()  # the rule answers all
     assert torch.equal(answered.decision.refused, after & strict.refused)  # both rules from the alarm on
-    expected = [i for i in range(8) if after[i] and shifted[0, i].max() < 0.8]  # unsure and half-sure ones after it
+    expected = [i for i in range(n) if after[i] and shifted[0, i].max() < 0.8]  # unsure and half-sure ones after it
     assert torch.nonzero(answered.refused_after_alarm).flatten().tolist() == expected and expected
     assert [answered.describe(i)["refused_by"] for i in expected] == [[AFTER_ALARM_RULE]] * len(expected)
-    assert [answered.describe(i)["after_alarm"] for i in range(8)] == after.tolist()
+    assert [answered.describe(i)["after_alarm"] for i in range(n)] == after.tolist()
     assert stream.refused_after_alarm == len(expected)
     line = stream.describe()
-    assert line.startswith(f"shift alarm: by input {at} of 13, these inputs no longer look like the ones the "
+    assert line.startswith(f"shift alarm: by input {at} of {5 + n}, these inputs no longer look like the ones the "
                            "guarantee was certified on: they are more uncertain than those were")
     assert line.endswith(f"; from input {at} on, answers are held to the stricter after-alarm rule ({len(expected)} "
                          "inputs refused that the certified rule alone would have answered); certify on inputs like "
@@ -100,14 +101,14 @@ def test_a_stream_answers_with_the_rule_until_its_alarm_and_with_both_rules_from
 
 def test_asked_again_the_last_input_keeps_its_place_and_a_rule_of_the_caller_s_is_not_replaced():
     stream = _stream()
-    tops = [0.6 + 0.01 * k for k in range(12)]
+    tops = [0.6 + 0.005 * k for k in range(20)]
     stream.decide(_inputs(*tops))
     assert stream.alarm.alarmed
     again = stream.decide(_inputs(tops[-1]), again=True)
-    assert stream.alarm.seen == 12 and again.first == 12 and bool(again.after_alarm[0])
-    assert bool(again.decision.refused[0]) and stream.refused_after_alarm == 12 - stream.alarm.alarm_at + 1
+    assert stream.alarm.seen == 20 and again.first == 20 and bool(again.after_alarm[0])
+    assert bool(again.decision.refused[0]) and stream.refused_after_alarm == 20 - stream.alarm.alarm_at + 1
     knobs = stream.decide(_inputs(0.75), rule=Rule(0.5, 0.3))  # the page's knobs: that rule answers
-    assert bool(knobs.after_alarm[0]) and not knobs.decision.refused[0] and knobs.first == 13
+    assert bool(knobs.after_alarm[0]) and not knobs.decision.refused[0] and knobs.first == 21
     assert stream.to_dict()["acting"] is False and stream.describe().endswith(  # and the stream says so
         "; answers after it are given as before: they are answered by the rule asked for, which the after-alarm "
         "rule does not replace; certify on inputs like these")
@@ -117,7 +118,7 @@ def test_asked_again_the_last_input_keeps_its_place_and_a_rule_of_the_caller_s_i
 @pytest.mark.parametrize("act, after", [(False, Rule(0.5, 0.8)), (True, None)])
 def test_a_stream_not_acting_on_its_alarm_answers_as_the_rule_alone_and_says_why(act, after):
     stream, plain = _stream(act, after), _stream()
-    probs = _inputs(*(0.6 + 0.01 * k for k in range(16)))
+    probs = _inputs(*(0.6 + 0.005 * k for k in range(24)))
     answered, held = stream.decide(probs), plain.decide(probs)
     assert stream.alarm.alarm_at == plain.alarm.alarm_at and answered.after_alarm.any()
     assert torch.equal(answered.decision.refused, Rule(0.5, 0.4)(probs).refused)

@@ -169,7 +169,7 @@ def _shipped_draws(files: list[str], samples: int) -> torch.Tensor:
 
 
 def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule(shared_data, tmp_path, capsys):
-    """The shipped lenet's files as one stream: 10 digits turned 90 degrees sound the alarm, and from
+    """The shipped lenet's files as one stream: 20 digits turned 90 degrees sound the alarm, and from
     that input on each answer must pass the after-alarm rule too: of the 30 ordinary digits after
     them, those it refuses and the certified rule would answer are refused, by it. The JSON holds the
     alarm and says of each answer whether it came after it; the text says it in plain words."""
@@ -178,7 +178,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     from bnn_zoo.runs.loading import load
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
-    files = _digits(tmp_path, images[:10], turned=True) + _digits(tmp_path, images[10:40])
+    files = _digits(tmp_path, images[:20], turned=True) + _digits(tmp_path, images[20:50])
     assert main(["lenet", *files, "--samples", "20", "--json"]) == 0
     printed = capsys.readouterr()
     found = json.loads(printed.out)
@@ -186,13 +186,13 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     rule, after = trained.rules["bayes"], trained.after_alarm("bayes")[0]
     expected_at = ShiftAlarm.of(trained.calibration["bayes"]["alarm"], seed=0).observe(probs).alarm_at
     alarm = found["alarm"]
-    assert alarm["alarm_at"] == expected_at <= 10 and alarm["direction"] == "higher" and alarm["acting"] is True
-    assert alarm["inputs"] == 40 and alarm["peaks"]["higher"] >= alarm["bounds"]["higher"] == pytest.approx(1 / 0.0045)
+    assert alarm["alarm_at"] == expected_at <= 20 and alarm["direction"] == "higher" and alarm["acting"] is True
+    assert alarm["inputs"] == 50 and alarm["peaks"]["higher"] >= alarm["bounds"]["higher"] == pytest.approx(1 / 0.0045)
     assert alarm["after_alarm_rule"] == after.to_dict()
-    held = torch.arange(1, 41) >= expected_at
+    held = torch.arange(1, 51) >= expected_at
     plain, strict = rule(probs), after(probs)
     only_after = (held & strict.refused & ~plain.refused).nonzero().flatten().tolist()
-    assert only_after and min(only_after) >= 10  # ordinary digits, held to the after-alarm rule
+    assert only_after and min(only_after) >= 20  # ordinary digits, held to the after-alarm rule
     assert [i for i, a in enumerate(found["answers"]) if a["refused_by"] == ["after_alarm_rule"]] == only_after
     assert [a["after_alarm"] for a in found["answers"]] == held.tolist()
     assert all(a["answer"] == (None if plain.refused[i] else int(plain.prediction[i]))
@@ -200,7 +200,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     assert alarm["refused_after_alarm"] == len(only_after)
     assert printed.err == alarm["text"] + "\n" and "martingale" not in alarm["text"]
     assert alarm["text"] == (
-        f"shift alarm: by input {expected_at} of 40, these inputs no longer look like the ones the guarantee was "
+        f"shift alarm: by input {expected_at} of 50, these inputs no longer look like the ones the guarantee was "
         "certified on: they are more uncertain than those were (a stream like those sounds it at most 1% of the time); "
         f"from input {expected_at} on, answers are held to the stricter after-alarm rule ({len(only_after)} "
         f"input{'s' * (len(only_after) != 1)} refused that the certified rule alone would have answered); to answer "

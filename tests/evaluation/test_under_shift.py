@@ -40,9 +40,10 @@ def test_a_corrupted_set_is_one_stream_whose_wrong_answers_are_counted_before_an
     sure, unsure = torch.tensor([0.98, 0.01, 0.01]), torch.tensor([0.5, 0.45, 0.05])
     probs = torch.stack([sure, sure, unsure, unsure, torch.tensor([0.05, 0.55, 0.4]), unsure])[None]  # [1, 6, 3]
     labels = torch.tensor([0, 1, 0, 0, 2, 1])  # the rule answers 1, 4 and 5 wrong
-    alarm = ShiftAlarm(torch.linspace(0.1, 0.2, 200, dtype=torch.float64))  # sure inputs' entropy: 0.1614 bits
+    # sure inputs' entropy: 0.1614 bits; an alarm quick to sound (alpha 0.6, no tolerance), to sound within six
+    alarm = ShiftAlarm(torch.linspace(0.1, 0.2, 200, dtype=torch.float64), alpha=0.6, tolerance=0.0)
     got = streamed(Stream(Rule(0.5, 0.4), alarm, Rule(0.5, 0.52)), probs, labels, seed=3)
-    assert got.alarm == AlarmResult(6, 4, 0.01)
+    assert got.alarm == AlarmResult(6, 4, 0.6)
     assert got.by_alarm == BeforeAfter(acting=True, before=3, wrong_before=1, after=3, wrong_after=1, refused_after=2,
                                        wrong_after_alone=2, refused_after_alone=0, refused_alone=0.0, wrong_alone=0.5)
     assert (got.refused, got.wrong) == pytest.approx((2 / 6, 2 / 6))
