@@ -12,8 +12,8 @@ random variables by betting"). It is a nonnegative supermartingale of mean at mo
 p-values average at least 1/2 - tolerance given the inputs before them: the inputs exchangeable
 with the validation inputs, and also a stream a little unlike them, ranked on average at most the
 tolerance off (MNIST's own test digits in their stored order come writer group by writer group,
-the first half ranked 0.033 more uncertain than the validation digits, the second 0.044 surer: a
-bet on any departure from uniform p-values sounded on them by input 2,029). By Ville's inequality it
+the first half a little more uncertain than the validation digits, the second a little surer: a
+bet on any departure from uniform p-values sounded on them). By Ville's inequality it
 ever reaches 1 / (share * alpha) with probability at most share * alpha, however long the stream.
 
 Three run side by side (``MARTINGALES``), each with its share of alpha: one whose p-value is the
@@ -57,7 +57,7 @@ FOUND = {"higher": "they are more uncertain than those were",
          "lower": "they are surer than those were, as a network can be of what it never saw",
          "repeated": "they repeat one another far more than inputs drawn like those would"}
 # How far below 1/2 the p-values may average before the alarm bets against them: the drift a stream of
-# the certifying kind of inputs may show and stay silent (MNIST's test set in stored order: 0.044)
+# the certifying kind of inputs may show and stay silent (MNIST's test set in its stored order)
 TOLERANCE = 0.05
 LAMBDAS = 200  # bets of the mixture, evenly over (0, 1 / (1/2 + tolerance)), the largest that stays >= 0
 CHUNK = 512  # inputs whose bets are held at once ([CHUNK, 3, bets] numbers)
@@ -196,8 +196,8 @@ class ShiftAlarm:
     def to_dict(self) -> dict:
         """The alarm's state and figures: each martingale now, the largest it reached and its bound."""
         figures = lambda logs: {name: math.exp(min(float(v), 700)) for name, v in zip(MARTINGALES, logs)}  # noqa: E731
-        return {"signal": self.signal, "alpha": self.alpha, "tolerance": self.tolerance, "inputs": self.seen, "alarm_at": self.alarm_at,
-                "direction": self.direction, "martingales": figures(self.log_martingales),
+        return {"signal": self.signal, "alpha": self.alpha, "tolerance": self.tolerance, "inputs": self.seen,
+                "alarm_at": self.alarm_at, "direction": self.direction, "martingales": figures(self.log_martingales),
                 "peaks": figures(self.peaks), "bounds": figures(self.log_bounds)}
 
 

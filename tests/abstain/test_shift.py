@@ -171,6 +171,30 @@ def test_the_shipped_lenet_sees_a_stream_of_one_ordinary_digit_repeated(shared_d
 
 
 @pytest.mark.slow
+def test_the_shipped_lenet_stays_silent_on_mnist_s_test_set_in_its_stored_order(shared_data):
+    """The issue's clean stream: all 10,000 MNIST test digits, in the order the files hold them
+    (writer group by writer group, a little unlike the certifying digits). Within the tolerance the
+    alarm stays silent; a bet on any departure from uniform p-values sounds on them."""
+    import pyro
+
+    from bnn_zoo.abstain.shift import scores
+    from bnn_zoo.data.inputs import pixel_inputs
+    from bnn_zoo.data.sets import load_torchvision
+    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.trained import posteriors
+
+    trained = load("lenet")
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    with pyro.settings.context(module_local_params=True):
+        pyro.set_rng_seed(0)
+        probs = posteriors(trained)["bayes"].predict(pixel_inputs(trained.config.data, images), 100)
+    found = scores(probs)
+    alarm = trained.alarm("bayes").update(found)
+    assert alarm.seen == 10000 and not alarm.alarmed
+    assert ShiftAlarm(alarm.reference, tolerance=0.0).update(found).alarmed
+
+
+@pytest.mark.slow
 def test_a_stream_of_40000_inputs_holds_counts_not_its_history():
     """+1.1 GB at the peak once (the bets of every input at once, and a list of every score): now
     the bets of CHUNK inputs at a time and counts per rounded score."""
