@@ -181,8 +181,9 @@ def failures(out: str, most: int = 2500) -> str:
     """pytest's FAILURES section (each failure's short traceback and reason), not the warnings and
     logs printed after it; the output's end where it has none (a crash before the summary)."""
     start, end = out.find("= FAILURES ="), out.find("short test summary info")
-    found = out[out.rfind("\n", 0, start) + 1:end] if 0 <= start < end else out
-    return found[:most] if 0 <= start < end else found[-most:]
+    if 0 <= start < end:
+        return out[out.rfind("\n", 0, start) + 1:end][:most]
+    return out[-most:]
 
 
 def check_profile(c: Check) -> dict:
