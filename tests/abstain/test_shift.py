@@ -153,18 +153,7 @@ def test_the_shipped_lenet_sees_a_stream_of_one_ordinary_digit_repeated(shared_d
     repeat martingale sounds once the digit has come more often than the certifying inputs' most
     common score (0 bits, 2,310 of 5,000: the shipped lenet's reference, each digit read as given
     and remade)."""
-    import pyro
-
-    from bnn_zoo.data.inputs import pixel_inputs
-    from bnn_zoo.data.sets import load_torchvision
-    from bnn_zoo.runs.loading import load
-    from bnn_zoo.runs.trained import posteriors
-
-    trained = load("lenet")
-    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
-    with pyro.settings.context(module_local_params=True):
-        pyro.set_rng_seed(0)
-        probs = posteriors(trained)["bayes"].predict(pixel_inputs(trained.config.data, images[4:5]), 100)
+    trained, probs = _shipped_lenet_draws(shared_data, slice(4, 5))
     alarm = trained.alarm("bayes").observe(probs.expand(-1, 3000, -1))
     assert alarm.direction == "repeated" and 2310 < alarm.alarm_at <= 3000
     assert bool((alarm.peaks[:2] < alarm.log_bounds[:2]).all())  # the two martingales of its level: silent
@@ -175,9 +164,20 @@ def test_the_shipped_lenet_stays_silent_on_mnist_s_test_set_in_its_stored_order(
     """The issue's clean stream: all 10,000 MNIST test digits, in the order the files hold them
     (writer group by writer group, a little unlike the certifying digits). Within the tolerance the
     alarm stays silent; a bet on any departure from uniform p-values sounds on them."""
+    from bnn_zoo.abstain.shift import scores
+
+    trained, probs = _shipped_lenet_draws(shared_data, slice(None))
+    found = scores(probs)
+    alarm = trained.alarm("bayes").update(found)
+    assert alarm.seen == 10000 and not alarm.alarmed
+    assert ShiftAlarm(alarm.reference, tolerance=0.0).update(found).alarmed
+
+
+def _shipped_lenet_draws(shared_data, chosen: slice):
+    """The shipped lenet and its Bayesian posterior's 100 draws [100, N, 10] for MNIST's test digits
+    ``chosen``, in their stored order, read as it reads them (seed 0)."""
     import pyro
 
-    from bnn_zoo.abstain.shift import scores
     from bnn_zoo.data.inputs import pixel_inputs
     from bnn_zoo.data.sets import load_torchvision
     from bnn_zoo.runs.loading import load
@@ -187,11 +187,7 @@ def test_the_shipped_lenet_stays_silent_on_mnist_s_test_set_in_its_stored_order(
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     with pyro.settings.context(module_local_params=True):
         pyro.set_rng_seed(0)
-        probs = posteriors(trained)["bayes"].predict(pixel_inputs(trained.config.data, images), 100)
-    found = scores(probs)
-    alarm = trained.alarm("bayes").update(found)
-    assert alarm.seen == 10000 and not alarm.alarmed
-    assert ShiftAlarm(alarm.reference, tolerance=0.0).update(found).alarmed
+        return trained, posteriors(trained)["bayes"].predict(pixel_inputs(trained.config.data, images[chosen]), 100)
 
 
 @pytest.mark.slow
