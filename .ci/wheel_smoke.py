@@ -23,9 +23,10 @@ seven = np.zeros((28, 28), dtype=np.uint8)
 seven[6:8, 8:21], seven[8:23, 18:20] = 255, 255  # a 7's bar and stroke
 Image.fromarray(seven).save("seven.png")
 Image.fromarray(np.random.default_rng(0).integers(0, 256, (28, 28), dtype=np.uint8)).save("noise.png")
-from bnn_zoo.shipped import EXAMPLE  # MNIST's first test digit, a 7, as package data
+from bnn_zoo.shipped import EXAMPLE, FASHION_EXAMPLE  # MNIST's first test digit, a 7, and a sneaker, as package data
 
-assert "site-packages" in str(EXAMPLE) and EXAMPLE.is_file(), f"the example digit is not in the wheel ({EXAMPLE})"
+for example in (EXAMPLE, FASHION_EXAMPLE):
+    assert "site-packages" in str(example) and example.is_file(), f"the example image is not in the wheel ({example})"
 done = subprocess.run([sys.executable, "-m", "bnn_zoo.predict", "lenet", "seven.png", "noise.png", str(EXAMPLE),
                        "--json"], capture_output=True, text=True, check=True)
 found = json.loads(done.stdout)  # {"answers": [...], "errors": [...], "alarm": {...}}

@@ -14,6 +14,8 @@ import math
 import sys
 import time
 
+from bnn_zoo.cli import options as cli
+
 KERNELS = 10
 
 
@@ -108,9 +110,13 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=20, help="steps before the timed ones (they compile)")
     parser.add_argument("--profiled", type=int, default=20, help="steps under torch.profiler")
     args = parser.parse_args(argv)
-    print(json.dumps(profile(args.arch, args.capture, args.device, args.batch_size, args.steps, args.warmup,
-                             args.profiled)))
-    return 0
+
+    def command() -> int:  # a device this machine lacks (its default, cuda, on a CPU) ends in one line
+        print(json.dumps(profile(args.arch, args.capture, args.device, args.batch_size, args.steps, args.warmup,
+                                 args.profiled)))
+        return 0
+
+    return cli.run(command)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,25 @@ def test_the_shipped_example_is_mnist_s_first_test_digit(shared_data):
     assert EXAMPLE.stat().st_size < 1000
 
 
+def test_the_shipped_sneaker_is_fashion_mnist_s_first_test_sneaker_and_ships_in_the_wheel(shared_data):
+    """Issue 47: getting started asked ``predict lenet_fashion shoe.png`` and no shoe.png shipped."""
+    import fnmatch
+    import tomllib
+
+    from bnn_zoo.data.images import load_image
+    from bnn_zoo.data.sets import CLASS_NAMES, load_torchvision
+    from bnn_zoo.shipped import FASHION_EXAMPLE
+
+    images, labels = load_torchvision("fashion_mnist", str(shared_data), train=False, download=False)
+    first = int((labels == CLASS_NAMES["fashion_mnist"].index("Sneaker")).nonzero()[0])
+    assert first == 9 and torch.equal(load_image(FASHION_EXAMPLE, centre=False), images[first])
+    assert FASHION_EXAMPLE.stat().st_size < 1000
+    shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["bnn_zoo.shipped"]
+    assert any(fnmatch.fnmatch(FASHION_EXAMPLE.name, pattern) for pattern in shipped)
+    assert f"python -m bnn_zoo.predict lenet_fashion bnn_zoo/shipped/{FASHION_EXAMPLE.name}" in \
+        (ROOT / "docs" / "getting-started.md").read_text()
+
+
 @pytest.mark.slow
 def test_the_readme_s_first_command_answers_the_shipped_digit_s_label():
     """The install block's predict line, run as a user runs it in the clone: it answers the true label."""

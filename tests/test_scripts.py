@@ -554,6 +554,15 @@ def test_step_profile_times_the_training_step(capsys):
     assert "aten::" in found["table"]  # torch.profiler's ops, on a CPU without kernels of a device
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="its default device, cuda, is there")
+def test_step_profile_without_its_device_stops_in_one_line(capsys):
+    """Issue 47 (the docs' commands run): python scripts/step_profile.py --arch mnist_mlp on a CPU
+    ended in a traceback."""
+    assert load_script("step_profile").main(["--arch", "mnist_mlp"]) == 2
+    assert capsys.readouterr().err == ("error: bad config key 'device': cuda asked for but CUDA is not available; "
+                                       "use device=auto or device=cpu\n")
+
+
 class FakeGPU:
     """scripts/gpu_check.py's processes, made up (the GPU's half is gpu_check's to run): each takes
     ``seconds`` of a clock of its own and answers as the real one would; what the report held when

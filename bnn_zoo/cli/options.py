@@ -14,9 +14,10 @@ import argparse
 import inspect
 import sys
 import textwrap
+from pathlib import Path
 from typing import Callable
 
-from ..core.errors import UserError
+from ..core.errors import UserError, say
 from ..runs.checks import MAX_SAMPLES
 
 
@@ -39,13 +40,21 @@ def config_keys() -> str:
     """Every key a run's config has, by section, from the config's own fields (for --help)."""
     from omegaconf import OmegaConf
 
+    from ..data.config import DataConfig
     from ..runs.schema import Config
 
     defaults = OmegaConf.to_container(OmegaConf.structured(Config))
     top = [k for k, v in defaults.items() if not isinstance(v, dict)]
     lines = [", ".join(top)] + [f"{name}.: {', '.join(v)}" for name, v in defaults.items() if isinstance(v, dict)]
     wrapped = [textwrap.fill(line, 100, initial_indent="  ", subsequent_indent="      ") for line in lines]
-    return "the config's keys (each documented in bnn_zoo/config.py):\n" + "\n".join(wrapped)
+    schema, data = (_source(section) for section in (Config, DataConfig))  # where they are, wherever they move
+    return f"the config's keys (each documented in {schema}, the data section's in {data}):\n" + "\n".join(wrapped)
+
+
+def _source(cls: type) -> str:
+    """The file that defines ``cls``, from the package's parent folder (bnn_zoo/runs/schema.py)."""
+    package = Path(inspect.getfile(sys.modules[cls.__module__.partition(".")[0]])).parent
+    return Path(inspect.getfile(cls)).relative_to(package.parent).as_posix()
 
 
 def count(text: str, least: int = 1, most: int | None = None, unit: str = "") -> int:
@@ -105,14 +114,16 @@ def add_alarm_option(parser: argparse.ArgumentParser, help: str = ACT_ON_ALARM) 
     parser.add_argument("--act-on-alarm", action=argparse.BooleanOptionalAction, default=True, help=help)
 
 
-def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True) -> None:
-    """Where the data sets are and how much of them to use."""
+def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True, sizes: str | None = None) -> None:
+    """Where the data sets are and how much of them to use; ``sizes``: what says the sizes left
+    out (evaluate's --full), which are then None, for the command to choose (default: every test
+    image, 10,000 of each OOD set)."""
     parser.add_argument("--data-root", default=None,
                         help="data folder (default: $BNN_ZOO_DATA, then the run's data.root, then ./data)")
-    parser.add_argument("--test-size", type=count, default=None, help="test images to use (default all)")
+    parser.add_argument("--test-size", type=count, default=None, help=f"test images to use (default {sizes or 'all'})")
     if ood_size:
-        parser.add_argument("--ood-size", type=count, default=10000,
-                            help="images per out-of-distribution set (default 10000)")
+        parser.add_argument("--ood-size", type=count, default=None if sizes else 10000,
+                            help=f"images per out-of-distribution set (default {sizes or 10000})")
 
 
 def note(line: str | None) -> None:
@@ -126,7 +137,7 @@ def run(command: Callable[[], int]) -> int:
     try:
         return command()
     except (UserError, FileNotFoundError, ValueError) as err:  # API checks raise ValueError
-        print(f"error: {err}", file=sys.stderr)
+        say(err)  # unless said already: by this rank before the others left, or by another rank
         return 2
     except OSError as err:  # a file or folder the system refused (permissions, say): named, not a traceback
         print(f"error: {err.filename or 'a file'}: {err.strerror or err}", file=sys.stderr)

@@ -5,7 +5,7 @@ Usage: ``sys.exit(script_main("notmnist", sys.argv[1:], __doc__))``
 """
 from __future__ import annotations
 
-from ..evaluation.rejection import rejection_report, table
+from ..evaluation.rejection import rejection_report, report_folder, table
 from . import options as cli
 
 
@@ -25,6 +25,7 @@ def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
                                   args.test_size, args.ood_size, args.grid, args.data_root, args.device,
                                   args.seed)
         print(table(report))
+        cli.note(f"wrote reject_{ood}.json and the plots to {report_folder(args.run_dir, ood, args.out)}")
         return 0
 
     return cli.run(command)

@@ -24,6 +24,7 @@ import sys
 import textwrap
 import uuid
 from contextlib import ExitStack, nullcontext
+from dataclasses import replace
 
 import pyro
 import torch
@@ -46,7 +47,7 @@ from ..runs.checks import check_fitted_kinds, check_network_fits, pick_device
 from ..runs.compile_cache import compile_cache, described
 from ..runs.config import make_config, resolved, with_profile
 from ..runs.cost import Cost
-from ..runs.factory import build_networks
+from ..runs.factory import build_networks, build_twin
 from ..runs.fits import Fit, read_fits, write_fits
 from ..runs.loop import format_figures, prefixed, train_phase
 from ..runs.phases import BayesPhase, TwinPhase
@@ -54,6 +55,7 @@ from ..runs.plan import Plan
 from ..runs.ranks import Ranks
 from ..runs.resume import config_for_run, posteriors_kept, read_for_resume
 from ..runs.run_dir import Run
+from ..runs.threads import step_threads
 from ..runs.trained import posteriors
 from ..runs.trust_list import trust_given
 from . import options as cli
@@ -132,13 +134,18 @@ def train(cfg: DictConfig) -> dict:
 def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | None, ranks: Ranks = Ranks()) -> dict:
     """The phases of one network: the Bayesian network, then its twin (``train.twin``), on every
     rank of ``ranks``; only rank 0 logs."""
-    say, t, config = ranks.said(log), plan.train, config_dict(plan.config)
+    say, config = ranks.said(log), config_dict(plan.config)
+    with torch.random.fork_rng(devices=[]):  # the plain network's step, to weigh (the run's draws as they were)
+        plain = build_twin(plan.networks)
+    threads, why = step_threads(plan.train.threads, plain, plan.networks.recipe.input_shape,
+                                min(plan.train.batch_size, len(splits.train)), device)
+    t = replace(plan.train, threads=threads)  # what the phases train on; the stored config keeps null
     run_id = stored["run"] if stored else uuid.uuid4().hex
     bayes = BayesPhase(plan.networks, t, len(splits.train), device, run.checkpoint, say)
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
-        f"; the training step: {DESCRIBED[bayes.capture]} ({bayes.capture_reason})")
+        f"; the training step: {DESCRIBED[bayes.capture]} ({bayes.capture_reason}); {why}")
     results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks), "kl_estimator": kl}}
     if t.twin:
         twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint)

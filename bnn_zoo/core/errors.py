@@ -50,6 +50,21 @@ def short_quotes(text: str) -> str:
     return re.sub(r"'([^']*)'", lambda quoted: show(quoted.group(1)), text)
 
 
+def say(err: Exception) -> None:
+    """Say a user's mistake as every command line does, one line on stderr (``error: ...``), and
+    mark it said: a command that stops on it ends with exit code 2 and says nothing more. A rank of
+    a torchrun run says another rank's mistake nowhere (``said_elsewhere``): they share one terminal."""
+    if not getattr(err, "said", False):
+        print(f"error: {err}", file=sys.stderr, flush=True)
+    err.said = True
+
+
+def said_elsewhere(err: Exception) -> Exception:
+    """``err``, marked as said by another process of the same command (another rank of the run)."""
+    err.said = True
+    return err
+
+
 def say_once(notice: str, category: Optional[type[Warning]] = None) -> None:
     """Give ``notice`` (a renamed name: "note: X is now Y") the first time this process asks, and
     never again: a line on stderr, or a warning of ``category`` (a DeprecationWarning for a name

@@ -33,7 +33,7 @@ from ..runs.loading import load
 from ..runs.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
-from .split_fits import fit_references
+from .split_fits import References, fit_references
 from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, streamed
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
@@ -90,7 +90,8 @@ def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule | Set
         by_entropy=Detection(**detection(in_u["entropy"], ood_u["entropy"])),
         by_mutual_information=Detection(**detection(in_u["mutual_information"], ood_u["mutual_information"]))
         if sampled else None,
-        by_feature_density=None if in_density is None else Detection(**detection(in_density, ood_density)))
+        by_feature_density=None if in_density is None else Detection(**detection(in_density, ood_density)),
+        images=ood_probs.shape[1])
 
 
 def handled_overlaid(probs: torch.Tensor, pairs: torch.Tensor, rule: Rule | SetAnswer, sets: ConformalSets | None,
@@ -123,14 +124,15 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
                  quantile: float = 0.5, threshold: float = 0.2, ood: tuple[str, ...] | None = None,
                  ood_size: int | dict[str, int] = 10000, test_size: int | None = None, data_root: str | None = None,
                  device: str = "auto", shift: tuple[str, ...] | None = None, shift_size: int = STREAM,
-                 act_on_alarm: bool = True) -> Evaluation:
+                 act_on_alarm: bool = True, references: bool = True) -> Evaluation:
     """Every figure of ``eval.json``, for each posterior the run holds (the BNN, its twin, HMC; see
     ``bnn_zoo.posterior``) under its rule (``Trained.rules_for``), with what predicting the test set
     cost (seconds, peak MB, numbers stored). ``ood_size``: images per OOD set, or a size per set's name;
     ``shift``: corruptions (default: all fifteen for MNIST and FashionMNIST runs) of ``shift_size``
     test images, each answered as one stream (``under_shift.streamed``: from the input that sounds
     its alarm on, by the after-alarm rule, unless not ``act_on_alarm``), the length of each set's
-    stream the shift alarm watches too."""
+    stream the shift alarm watches too; ``references``: also fit each rung's feature density and its
+    sets at 90/95/99% on the run's own splits (``split_fits``: as costly as the test set's predictions)."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = default_ood(trained.config) if ood is None else ood
@@ -144,7 +146,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     shift = default_shift(trained.config.data) if shift is None else shift
     with seeded(seed, trained.device):
         results, skipped = _evaluate(trained, rules, by_sets, x.to(trained.device), labels, ood, ood_size,
-                                     num_samples, root, seed, shift, shift_size, act_on_alarm)
+                                     num_samples, root, seed, shift, shift_size, act_on_alarm, references)
     for part, sets in by_sets.items():
         if sets is not None and part in results:
             results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
@@ -153,23 +155,25 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
 
 def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,
               ood: tuple[str, ...], ood_size: int | dict[str, int], num_samples: int, root: str | None,
-              seed: int, shift: tuple[str, ...] = (), shift_size: int = STREAM, act_on_alarm: bool = True
-              ) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
+              seed: int, shift: tuple[str, ...] = (), shift_size: int = STREAM, act_on_alarm: bool = True,
+              references: bool = True) -> tuple[dict[str, PosteriorResult], dict[str, str]]:
     """evaluate_run's figures per posterior, each under its rule or, where ``by_sets`` holds its sets
     (no rule certified), with each input's set as its answer (a corrupted set as one stream); and the
     OOD sets skipped (missing data) with why."""
     rungs = posteriors(trained)
     answer = {part: rules[part] if by_sets.get(part) is None else SetAnswer(by_sets[part], seed) for part in rungs}
-    progress = tqdm(total=len(rungs) * (2 + len(ood) + len(shift)), desc="evaluate", unit="set", leave=False)
+    progress = tqdm(total=len(rungs) * (1 + references + len(ood) + len(shift)), desc="evaluate", unit="set", leave=False)
     in_probs, costs = {}, {}
     for part, posterior in rungs.items():
         with Measure(trained.device) as measured:
             in_probs[part] = posterior.predict(x, num_samples)
         costs[part] = Cost(measured.seconds, measured.peak_mb, posterior.parameters_stored)
         progress.update()
-    with seeded(seed + 1, trained.device):  # a stream of their own: the test's and OOD sets' draws stay as they were
-        refs = fit_references(trained, rungs, num_samples, seed, root)
-    progress.update(len(rungs))
+    refs = References()
+    if references:
+        with seeded(seed + 1, trained.device):  # a stream of their own: the test's and OOD sets' draws stay as they were
+            refs = fit_references(trained, rungs, num_samples, seed, root)
+        progress.update(len(rungs))
     density = {part: d.score(rungs[part].features(x)) for part, d in refs.density.items()}
     results = {part: PosteriorResult(posterior.label, rules[part], costs[part], in_distribution(
         in_probs[part], labels, answer[part], trained.sets.get(part), refs.sets.get(part),
@@ -235,27 +239,3 @@ def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[
         return image_inputs(cfg.data, [files[i] for i in chosen], folder), None
     images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
     return pixel_inputs(cfg.data, images), pairs
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} as {"a/b": 1}; a list of figures by coverage target as {"a/0.9/b": ...}."""
-    flat = {}
-    for key, value in d.items():
-        if isinstance(value, list):
-            value = {f"{v['target']:g}": {k: x for k, x in v.items() if k != "target"} for v in value}
-        flat.update(_flat(value, f"{prefix}{key}/") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return flat
-
-
-def table(evaluation: Evaluation) -> str:
-    """Every figure as a text table, a row per figure (named by its path in eval.json's posteriors,
-    e.g. ood/notmnist/by_entropy/auroc), a column per posterior."""
-    rows = {part: _flat({k: v for k, v in r.to_dict().items() if k != "note"})  # the notes go below it
-            for part, r in evaluation.posteriors.items()}
-    keys = list(dict.fromkeys(k for row in rows.values() for k in row))
-    cell = lambda c: f"{c:.4f}" if isinstance(c, float) else "n/a" if c is None else str(c)  # noqa: E731
-    widths = {p: max(len(p), *(len(cell(row.get(k))) for k in keys)) for p, row in rows.items()}  # no cell overflows
-    width = max(len(k) for k in keys)
-    lines = [f"{'metric':<{width}}  " + "  ".join(f"{p:>{widths[p]}}" for p in rows)]
-    lines += [f"{key:<{width}}  " + "  ".join(f"{cell(row.get(key)):>{widths[p]}}" for p, row in rows.items()) for key in keys]
-    return "\n".join(lines)

@@ -231,7 +231,8 @@ def weight_posteriors(loc_scale: dict[str, tuple[torch.Tensor, torch.Tensor]], p
     fig = Figure(figsize=(13, 1.9 * len(loc_scale) + 0.6))
     axes = fig.subplots(len(loc_scale), 3, squeeze=False)
     for (name, (loc, scale)), (ax_mu, ax_sd, ax_snr) in zip(loc_scale.items(), axes):
-        loc, scale = _np(loc).ravel(), _np(scale).ravel()
+        # in double precision: a short run's sds, all near their start, span less than float32 can cut into 100 bins
+        loc, scale = _np(loc).ravel().astype(np.float64), _np(scale).ravel().astype(np.float64)
         ax_mu.hist(loc, bins=100, color="tab:blue")
         ax_sd.hist(scale, bins=100, color="tab:orange")
         ax_snr.hist(np.log10(np.abs(loc) / scale + 1e-12), bins=100, color="tab:green")

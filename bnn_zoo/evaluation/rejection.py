@@ -61,6 +61,11 @@ def refusal_curve(probs: torch.Tensor, quantile: float, thresholds: torch.Tensor
     return (top[None, :] < thresholds.to(top.device)[:, None]).float().mean(1)
 
 
+def report_folder(run_dir: str | Path, ood: str, out_dir: str | Path | None = None) -> Path:
+    """Where a report writes its JSON and plots: ``out_dir``, else RUN_DIR/reject_OOD."""
+    return Path(out_dir or Path(run_dir) / f"reject_{ood}")
+
+
 @pyro.settings.context(module_local_params=True)
 def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None = None,
                      num_samples: int = 100, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2,
@@ -72,7 +77,7 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
     rules = trained.rules_for(rule, quantile, threshold)
     device = trained.device
     labels = labels.to(device)
-    out_dir = Path(out_dir or Path(run_dir) / f"reject_{ood}")
+    out_dir = report_folder(run_dir, ood, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ood_x = pixel_inputs(trained.config.data, ood_images(ood, root, ood_size, seed)).to(device)
     with seeded(seed, device):
@@ -122,11 +127,13 @@ def _draw(out_dir, ood, images, labels, ood_x, in_probs, ood_probs, rule, grid):
 
 
 def table(report: RejectionReport) -> str:
-    """The refusals and accuracies in percent, a column per posterior."""
+    """The refusals and accuracies in percent, a column per posterior, each as wide as its title
+    (two spaces apart: "deterministic, temperature-scaled" is wider than a figure)."""
     rows = {"refused on MNIST": lambda r: r.test.refused, "accuracy on accepted MNIST": lambda r: r.test.accuracy_accepted,
             "forced accuracy (MNIST)": lambda r: r.test.accuracy,
             f"refused on {OOD_TITLES.get(report.ood, report.ood)}": lambda r: r.ood.refused}
-    lines = [f"{'':<28}" + "".join(f"{KINDS[p].title:>15}" for p in report.posteriors)]
-    lines += [f"{label:<28}" + "".join(f"{100 * figure(r):>14.2f}%" for r in report.posteriors.values())
+    widths = {p: max(len(KINDS[p].title), len("100.00%")) for p in report.posteriors}
+    lines = [f"{'':<28}" + "".join(f"  {KINDS[p].title:>{w}}" for p, w in widths.items())]
+    lines += [f"{label:<28}" + "".join(f"  {f'{100 * figure(r):.2f}%':>{widths[p]}}" for p, r in report.posteriors.items())
               for label, figure in rows.items()]
     return "\n".join(lines)

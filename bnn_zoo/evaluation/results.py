@@ -79,6 +79,7 @@ class ShiftResult:
     accuracy: float  # forced: the argmax of the mean prediction, never refusing
     alarm: AlarmResult | None = None  # None: the run holds no alarm reference
     by_alarm: BeforeAfter | None = None  # before and after the alarm (None: no alarm reference)
+    images: int | None = None  # how many corrupted images these figures are of (None: an older eval.json)
 
     def to_dict(self) -> dict:
         return _without_none({**asdict(self), "by_alarm": self.by_alarm and self.by_alarm.to_dict()})
@@ -156,6 +157,7 @@ class OODResult:
     # Refused where the whole set is answered as one stream in a seeded order, the after-alarm rule
     # acting from the input that sounds the alarm on (as predict answers a folder of them)
     refused_in_stream: float | None = None
+    images: int | None = None  # how many of the set's images these figures are of (None: an older eval.json)
 
     @property
     def best_auroc(self) -> float:

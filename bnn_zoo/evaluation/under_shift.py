@@ -60,7 +60,7 @@ def _figures(decision: Decision, probs: torch.Tensor, labels: torch.Tensor) -> S
     return ShiftResult(refused=decision.refused.float().mean().item(),
                        accuracy_accepted=right[answered].float().mean().item() if answered.any() else float("nan"),
                        wrong=(answered & ~right).float().mean().item(),
-                       accuracy=(probs.mean(0).argmax(1) == labels).float().mean().item())
+                       accuracy=(probs.mean(0).argmax(1) == labels).float().mean().item(), images=len(labels))
 
 
 def streamed(stream: Stream, probs: torch.Tensor, labels: torch.Tensor, gate: torch.Tensor | None = None,

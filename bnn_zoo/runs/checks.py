@@ -26,6 +26,7 @@ from ..core.priors import PRIORS
 from ..data.own import OWN_DATA, ROWS, name_problem
 from ..posterior import KINDS as POSTERIORS
 from ..posterior import fitted_kinds
+from .data_keys import check_fits
 from .factory import build_twin
 from .plan import Plan, recipe
 
@@ -149,9 +150,7 @@ def check(cfg: DictConfig) -> None:
     if data in OWN_DATA and not cfg.data.path:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
-    if cfg.data.remade and data != "mnist":
-        raise ConfigError(f"bad config key 'data.remade': it reads inputs as MNIST's digits were made, and this run "
-                          f"reads {data}: leave it out (data.remade=false)")
+    check_fits(cfg, data)
     if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
         raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "
                           f"leaves it, which needs your own table; {data} takes a number (for example 0.1)")
@@ -227,24 +226,6 @@ def check(cfg: DictConfig) -> None:
                        a.after_alarm_quantile)
     except ValueError as err:
         raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
-
-
-# What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
-DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
-
-
-def data_kind(path: str) -> str:
-    """The kind of your own data ``path`` holds: a folder of images per class (``folder``), a CSV
-    table (``csv``) or a tensor file (``tensors``), told by the folder or the file's suffix; a
-    ConfigError where neither says."""
-    where = Path(path).expanduser()
-    if where.is_dir():
-        return "folder"
-    if where.suffix.lower() in DATA_SUFFIXES:
-        return DATA_SUFFIXES[where.suffix.lower()]
-    held = "a file of another kind" if where.exists() else "not there"
-    raise ConfigError(f"bad config key 'data.name': left out, and data.path={show(path)} ({held}) is neither a folder "
-                      "nor a .csv, .pt or .npz file to tell its kind by: give data.name=folder, tensors or csv")
 
 
 def check_network_fits(plan: Plan) -> None:

@@ -17,7 +17,8 @@ from ..core.architectures import CLASSIFIER_DATA
 from ..core.errors import ConfigError, say_once, short_quotes, show
 from ..data.own import least_squares_sd
 from ..data.sets import Splits
-from .checks import check, check_layout, data_kind
+from .checks import check, check_layout
+from .data_keys import data_kind, fitted_to_data
 from .plan import recipe
 from .schema import Config
 
@@ -159,7 +160,20 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
             raise ConfigError(f"config {str(path)!r} holds a {type(base).__name__} at its top level; a config "
                               "is a mapping of sections (arch: lenet, train: {epochs: 3}, ...)")
         renamed(base)
+        shown = f"configs/{path.name}" if path.parent in config_dirs() else str(path)  # a shipped recipe, or yours
+        base = fitted_to_data(base, overrides or [], shown, lambda: _run_data(base, overrides or []))
     return make_config(base, overrides, None if name is None else str(path))
+
+
+def _run_data(base: DictConfig, overrides: list[str]) -> Optional[str]:
+    """The data a run of a recipe's ``base`` and the command line's ``overrides`` reads: data.name,
+    else data.path's kind, else the recipe's set; None where they cannot tell it (a mistake that
+    make_config names)."""
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), base, *map(_parse, overrides))
+        return cfg.data.name or (data_kind(cfg.data.path) if cfg.data.path else recipe(cfg).datasets[0])
+    except (ConfigError, OmegaConfBaseException):
+        return None
 
 
 def resolved(cfg: DictConfig) -> DictConfig:

@@ -103,26 +103,27 @@ def shadowed(run_dir: str | Path) -> str | None:
     return None
 
 
+def run_folder(run_dir: str | Path) -> Path:
+    """The folder of the run ``run_dir`` names (it, or its checkpoint.pt); a CheckpointError on what was given."""
+    path = Path(run_dir).parent if Path(run_dir).name == CHECKPOINT and Path(run_dir).is_file() else Path(run_dir)
+    if not path.is_dir():
+        what = (f"is a file; give a run directory (the folder that holds {CHECKPOINT}) or a shipped posterior ("
+                if path.exists() else "is neither a run directory nor a shipped posterior (those are ")
+        raise CheckpointError(f"{run_dir} {what}{', '.join(shipped_names())})")
+    return path
+
+
 def load(run_dir: str | Path, device: str | torch.device = "cpu", fitted: bool = True) -> Trained:
     """Rebuild a trained run's model, guide, deterministic twin, HMC samples, posteriors fitted
     after training (refused where fitted around other twin weights than it holds:
-    ``bnn_zoo.runs.fits``) and abstention rules from its files (``run_dir``, or its
-    checkpoint.pt); or, given the name of a shipped posterior (``is_shipped``: ``lenet`` is the
-    shipped one, ``./lenet`` a folder of that name), that one. ``device``: a torch.device, or auto,
-    cpu, cuda, cuda:N. ``fitted=False``: without the posteriors fitted after training (what fitting
-    them again starts from)."""
+    ``bnn_zoo.runs.fits``) and abstention rules from its files (``run_folder(run_dir)``); or, given
+    the name of a shipped posterior (``is_shipped``: ``lenet`` is the shipped one, ``./lenet`` a
+    folder of that name), that one. ``device``: a torch.device, or auto, cpu, cuda, cuda:N.
+    ``fitted=False``: without the posteriors fitted after training (what fitting them again starts from)."""
     device = pick_device(device) if isinstance(device, str) else device
     if is_shipped(run_dir):
         return _shipped(str(run_dir), device)
-    if Path(run_dir).name == CHECKPOINT and Path(run_dir).is_file():  # a run's checkpoint names its run
-        run_dir = Path(run_dir).parent
-    if not Path(run_dir).exists():
-        raise CheckpointError(f"{run_dir} is neither a run directory nor a shipped posterior (those are "
-                              f"{', '.join(shipped_names())})")
-    if not Path(run_dir).is_dir():
-        raise CheckpointError(f"{run_dir} is a file; give a run directory (the folder that holds {CHECKPOINT}) "
-                              f"or a shipped posterior ({', '.join(shipped_names())})")
-    run_dir = Path(run_dir)
+    run_dir = run_folder(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
     twin = run_dir / TWIN_CHECKPOINT
     calibration = _calibration_file(run_dir / CALIBRATION)  # checked against the run's classes

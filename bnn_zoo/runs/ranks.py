@@ -9,10 +9,9 @@ is scaled by num_data over its share (the data plate), so the average of the ran
 the single-process gradient of the global minibatch under their draws. Only rank 0 writes the run
 directory, validates and tests.
 
-The ranks meet at rank 0's MASTER_ADDR:MASTER_PORT within ``BNN_ZOO_RENDEZVOUS_SECONDS`` (default
-120), each saying first (on stderr) that it waits and how long: a rank that finds not every other
-there by then (one was never launched) stops with a line that says so. Once met, a rank waits on
-the others up to 30 minutes (``TIMEOUT``).
+The ranks meet at rank 0's MASTER_ADDR:MASTER_PORT (``bnn_zoo.runs.meeting``); once met, a rank
+waits on the others up to 30 minutes (``TIMEOUT``). A mistake found on one rank (no data, a run
+directory in use) is said there alone, the others stopping with it quietly, all with exit code 2.
 
 Usage::
 
@@ -22,11 +21,7 @@ Usage::
 from __future__ import annotations
 
 import gc
-import math
 import os
-import socket
-import sys
-import time
 import traceback
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -38,7 +33,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.errors import ConfigError, DataError, UserError
+from ..core.errors import ConfigError, DataError, UserError, said_elsewhere, say
+from .meeting import meet
 
 if dist.is_available():
     # Imported before any process group exists: its functions take group.WORLD as a default argument,
@@ -51,8 +47,6 @@ if dist.is_available():
 # and writes while the others wait, so this is gloo's own default, not less.
 T = TypeVar("T")
 TIMEOUT = timedelta(minutes=30)
-# How long the ranks may take to meet at start-up (they are launched together): after it, a missing rank is named.
-RENDEZVOUS, RENDEZVOUS_SECONDS = "BNN_ZOO_RENDEZVOUS_SECONDS", 120.0
 
 
 def _stream(*numbers: int) -> int:
@@ -111,8 +105,8 @@ class Ranks:
             return
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=self._meet(), rank=self.rank,
-                                world_size=self.size, timeout=TIMEOUT,
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=meet(self.rank, self.size, TIMEOUT),
+                                rank=self.rank, world_size=self.size, timeout=TIMEOUT,
                                 device_id=device if device.type == "cuda" else None)
         try:
             yield
@@ -122,33 +116,6 @@ class Ranks:
         finally:
             gc.collect()  # a DDP sits in a reference cycle: gone only now, it lets go of the group
             dist.destroy_process_group()  # joins gloo's threads: none is left to touch Python as it exits
-
-    def _meet(self) -> dist.Store:
-        """The store the ranks share (rank 0 serves it at MASTER_ADDR:MASTER_PORT, or torchrun's agent),
-        once every rank is there; a ConfigError where they are not within BNN_ZOO_RENDEZVOUS_SECONDS."""
-        seconds = _rendezvous_seconds()
-        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-        if self.size > 1:  # said before the wait: a rank whose peers never come is not silent for it
-            others = f"the other {self.size - 1} ranks" if self.size > 2 else "the other rank"
-            print(f"rank {self.rank} of {self.size} waits for {others} at {host}:{port}, up to {seconds:g} s "
-                  f"({RENDEZVOUS})", file=sys.stderr, flush=True)
-        deadline = time.monotonic() + seconds
-        try:
-            if self.rank and host and port and port.isdigit():  # torch's client would log each try to reach rank 0
-                _reach(host, int(port), deadline)
-            left = timedelta(seconds=max(deadline - time.monotonic(), 1.0))
-            store, _, _ = next(dist.rendezvous("env://", self.rank, self.size, timeout=left))
-        except (dist.DistError, TimeoutError) as err:
-            said = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-            if isinstance(err, dist.DistNetworkError) and not self.rank:
-                raise ConfigError(f"rank 0 cannot serve the ranks at {host}:{port} ({said}): set MASTER_PORT to a "
-                                  "free port") from None
-            raise ConfigError(f"WORLD_SIZE={self.size} expects {self.size} ranks at {host}:{port}; rank {self.rank} "
-                              f"waited {seconds:g} s ({RENDEZVOUS}) and not all came ({said}): launch every rank, e.g. "
-                              f"torchrun --nproc_per_node {self.size} -m bnn_zoo.train ..., or unset WORLD_SIZE to "
-                              "train in one process") from None
-        store.set_timeout(TIMEOUT)  # met: from here a rank waits on the others as long as on a collective
-        return dist.PrefixStore("default_pg", store)  # as init_process_group keeps its keys apart from others'
 
     def first(self, load: Callable[[], T]) -> T:
         """``load()`` on each machine's first rank (LOCAL_RANK 0: a download, say), then on its others:
@@ -169,15 +136,19 @@ class Ranks:
         return result
 
     def _settle(self, failure: Exception | None, kind: type[Exception], what: str) -> None:
-        """Every rank's ``failure`` (None: it went well) told to all; raised where it happened, and
-        as ``kind`` ("another rank {what} (...)") on the others."""
+        """Every rank's ``failure`` (None: it went well) told to all; said where it happened, before
+        any rank leaves (torchrun stops the others once one has left, maybe before they said it),
+        and raised there; on the others raised as ``kind`` ("another rank {what} (...)"), said by
+        that rank, not again: the command ends with one line, the ranks with exit code 2."""
         failures = [None] * self.size
         dist.all_gather_object(failures, None if failure is None else f"{type(failure).__name__}: {failure}")
-        if failure is not None:
-            raise failure
         failed = next((f for f in failures if f is not None), None)
-        if failed is not None:
-            raise kind(f"another rank {what} ({failed})")
+        if failed is None:
+            return
+        if failure is not None:
+            say(failure)
+        dist.barrier()
+        raise failure if failure is not None else said_elsewhere(kind(f"another rank {what} ({failed})"))
 
     def said(self, log: Callable[[str], None]) -> Callable[[str], None]:
         """``log`` on rank 0; on the others a log that says nothing."""
@@ -223,31 +194,6 @@ class Ranks:
             dist.all_reduce(value)
             value /= self.size
         return value
-
-
-def _rendezvous_seconds() -> float:
-    """How long the ranks may take to meet: BNN_ZOO_RENDEZVOUS_SECONDS, or its default."""
-    text = os.environ.get(RENDEZVOUS, str(RENDEZVOUS_SECONDS))
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds < math.inf:
-        raise ConfigError(f"{RENDEZVOUS} must be a positive number of seconds, got {text!r}")
-    return seconds
-
-
-def _reach(host: str, port: int, deadline: float) -> None:
-    """Wait until something takes connections at host:port (rank 0's store), or until ``deadline``
-    (time.monotonic()): a TimeoutError."""
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError as err:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"nothing answered at {host}:{port} ({err.strerror or err})") from None
-            time.sleep(0.25)
 
 
 def _let_go(err: BaseException) -> None:

@@ -93,9 +93,10 @@ class TrainConfig:
     # ensemble. Member 0 is the run itself, member N lives in RUN_DIR/members/N.
     members: int = 1
     progress: bool = True
-    # CPU threads torch's operations use while a phase trains and validates (null: torch's own
-    # choice, one per core). A small network's steps gain nothing from a second thread and lose much
-    # when other work shares the cores: the table configs take 1.
+    # CPU threads torch's operations use while a phase trains and validates (null: chosen from the
+    # step's work by bnn_zoo.runs.threads: one thread under 10 million FLOPs a step's forward pass,
+    # torch's own choice, one per core, above). Any network loses much to a second thread when other
+    # work shares the cores: train.threads=1 there.
     threads: Optional[int] = None
     # The Bayesian network's training step captured once and replayed (bnn_zoo.core.captured_step): compile
     # (torch.compile fuses it with Adam's update; on CUDA one CUDA graph), trace (replayed op by op,

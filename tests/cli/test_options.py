@@ -1,9 +1,12 @@
 import argparse
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import bnn_zoo
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import CheckpointError, ConfigError, DataError
 
@@ -93,3 +96,16 @@ def test_a_mistyped_shipped_name_lists_the_shipped_ones(capsys):
     assert main(["lenett", "x.png"]) == 2
     assert capsys.readouterr().err.strip() == ("error: lenett is neither a run directory nor a shipped posterior "
                                                "(those are lenet, lenet_fashion, mnist_mlp)")
+
+
+def test_train_s_help_names_the_files_that_document_the_keys(capsys):
+    """Issue 47: train --help said the keys were "each documented in bnn_zoo/config.py", a file long gone."""
+    from bnn_zoo.cli.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    named = re.findall(r"documented in (\S+), the data section's in (\S+)\):", said)
+    assert named == [("bnn_zoo/runs/schema.py", "bnn_zoo/data/config.py")], said
+    root = Path(bnn_zoo.__file__).parents[1]
+    assert "class Config:" in (root / named[0][0]).read_text() and "class DataConfig:" in (root / named[0][1]).read_text()

@@ -66,3 +66,15 @@ def test_training_curve_leaves_out_what_it_has_not_and_counts_whole_epochs(tmp_p
     assert loss_ax.lines[0].get_marker() == "o"  # one epoch shows as a point
     ticks = loss_ax.xaxis.get_major_locator().tick_values(0.96, 1.04)
     assert all(float(t).is_integer() for t in ticks)
+
+
+def test_weight_posteriors_draw_a_short_run_s_sds_all_near_their_start(tmp_path):
+    """Issue 47 (the docs' commands, run on a one-epoch run): scripts/weight_posteriors.py and
+    prune.py stopped on "Too many bins for data range": every sd within 6e-8 of its start, 0.01, a
+    range float32 cannot cut into 100 bins."""
+    scale = torch.linspace(0.010059862, 0.010059915, 6)
+    loc = torch.tensor([-0.2, -0.1, 0.0, 0.05, 0.1, 0.2])
+    fig = plots.weight_posteriors({"features.0.bias": (loc, scale)}, tmp_path / "w.png")
+    counts = [sum(patch.get_height() for patch in ax.patches) for ax in fig.axes]
+    assert counts == [6, 6, 6]  # every weight in each histogram
+    assert (tmp_path / "w.png").stat().st_size > 1000

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pyro
 import pytest
@@ -11,8 +12,10 @@ from bnn_zoo.abstain.rule import abstain
 from bnn_zoo.cli.rejection import script_main
 from bnn_zoo.data.ood_sets import white_noise
 from bnn_zoo.data.sets import load_torchvision, normalize
-from bnn_zoo.evaluation.rejection import refusal_curve, rejection_report
-from bnn_zoo.posterior import BAYES, TWIN
+from bnn_zoo.abstain.rule import Rule
+from bnn_zoo.evaluation.evaluate import in_distribution, ood_result
+from bnn_zoo.evaluation.rejection import Refusals, RejectionReport, refusal_curve, rejection_report, table
+from bnn_zoo.posterior import BAYES, KINDS, TWIN, TWIN_SCALED
 
 
 def test_refusal_curve_counts_inputs_below_each_threshold():
@@ -26,7 +29,10 @@ def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_p
     out = tmp_path / "out"
     assert script_main("noise", [str(tiny_run), "--out", str(out), "--samples", "5", "--test-size", "200",
                                  "--ood-size", "50"], "doc") == 0
-    printed = capsys.readouterr().out
+    printed, said = capsys.readouterr()
+    assert said == f"wrote reject_noise.json and the plots to {out}\n"  # where its six files are
+    assert sorted(path.name for path in out.iterdir()) == ["histograms.png", "mean_probabilities.png", "refusal_vs_threshold.png",
+                                                          "reject_noise.json", "reliability.png", "risk_coverage.png"]
     assert "refused on MNIST" in printed and "Bayesian" in printed and "deterministic" in printed
     result = json.loads((out / "reject_noise.json").read_text())["posteriors"]
     # the same draws, recomputed: MNIST test first, then the noise
@@ -57,3 +63,23 @@ def test_rejection_report_refuses_a_missing_run(tmp_path, capsys):
 def test_an_unknown_ood_set_is_named(tiny_run):
     with pytest.raises(ValueError, match="unknown out-of-distribution set 'digits'"):
         rejection_report(tiny_run, "digits", num_samples=2, test_size=10)
+
+
+def test_the_table_s_columns_stand_apart_each_figure_under_its_title():
+    """Issue 47: the header ran together ("deterministicdeterministic, temperature-scaled"), the
+    scaled twin's title being wider than the 15 characters each column had."""
+    labels, ood = torch.tensor([0, 0, 1, 1]), torch.tensor([[[0.5, 0.5], [0.6, 0.4]]])
+    zero, one = [0.9, 0.1], [0.1, 0.9]  # one sample's answer: class 0, class 1
+    parts = {BAYES: [zero, zero, one, one], TWIN: [zero, one, one, one], TWIN_SCALED: [zero, one, zero, one]}  # 4, 3, 2 right
+    found = {}
+    for part, rows in parts.items():
+        probs = torch.tensor([rows])
+        found[part] = Refusals(Rule(), in_distribution(probs, labels, Rule()), ood_result(probs, ood, Rule()))
+    header, *rows = table(RejectionReport("run", "notmnist", 1, "calibrated", 4, 2, found)).splitlines()
+    titles = [KINDS[part].title for part in parts]
+    assert re.split(r"\s{2,}", header.strip()) == titles == ["Bayesian", "deterministic", "deterministic, temperature-scaled"]
+    ends = [header.index(title) + len(title) for title in titles]
+    for row in rows:  # each figure ends where its column's title does
+        assert [m.end() for m in re.finditer(r"\d+\.\d\d%", row)] == ends, (header, row)
+    forced = next(row for row in rows if row.startswith("forced accuracy (MNIST)"))
+    assert forced.split()[-3:] == ["100.00%", "75.00%", "50.00%"]
