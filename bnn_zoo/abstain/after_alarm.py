@@ -14,7 +14,7 @@ the rule, the alarm and the after-alarm rule.
 Usage::
 
     after = after_alarm_rule(val_probs, val_labels, certified.rule, risk=0.01, delta=0.05)
-    stream = Stream(certified.rule, ShiftAlarm.of(entry["alarm"]), after.rule)
+    stream = Stream(certified.rule, ShiftAlarm.of(entry), after.rule)   # entry: calibration.json's "bayes", say
     answered = stream.decide(probs)          # [S, N, C], the next inputs in the order they came
     answered.decision.refused, answered.after_alarm, stream.describe()
 """
@@ -116,7 +116,7 @@ class Stream:
         n, self.asked_rule = probs.shape[1], rule is not None
         seen = self.alarm.seen if self.alarm is not None else 0
         if self.alarm is not None and not again:
-            self.alarm.observe(probs)
+            self.alarm.observe(probs, density)
         first = seen - n + 1 if again else seen + 1
         position = torch.arange(first, first + n, device=probs.device)
         at = self.alarm.alarm_at if self.alarm is not None else None

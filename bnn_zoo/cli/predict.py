@@ -116,7 +116,7 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     gate = gate_density(rule, trained, args.posterior, posterior, x)
     answering = ((lambda p, density: set_decision(in_sets, p)) if by_sets else
                  None if args.rule == "calibrated" else rule)  # None: the certified rule, after the alarm both
-    stream = trained.stream(args.posterior, args.act_on_alarm, args.seed, answer=answering)
+    stream = trained.stream(args.posterior, args.act_on_alarm, answer=answering)
     answered = stream.decide(probs, gate)
     scores = uncertainty(probs, rule.quantile)
     for i, answer in enumerate(good):

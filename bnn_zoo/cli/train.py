@@ -34,6 +34,7 @@ from ..core.captured_step import DESCRIBED
 from ..core.network_names import imports_beside_you
 from ..core.nuts import nuts_posterior
 from ..core.predictive import predict
+from ..data.augment import Augment
 from ..data.inputs import class_names
 from ..data.own import OWN_DATA
 from ..data.sets import TOY_FUNCTIONS, Splits, load_splits
@@ -139,10 +140,14 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
         f"; the training step: {DESCRIBED[bayes.capture]} ({bayes.capture_reason})")
-    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks), "kl_estimator": kl}}
+    augment = Augment.of(plan.augment, plan.data, plan.seed)
+    if augment is not None:
+        say(f"training images augmented ({plan.augment.describe()})")
+    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks, augment),
+                         "kl_estimator": kl}}
     if t.twin:
         twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint)
-        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks)
+        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks, augment)
     return results
 
 

@@ -35,10 +35,10 @@ class DataConfig:
     std: Optional[List[float]] = None
     target_stats: Optional[List[float]] = None  # a regression's target mean and sd: its network learns them standardized
     digest: Optional[str] = None  # of every example: data changed since the run trained is refused
-    # MNIST's digits: answer each input from the reading the posterior is surer of, as given or remade as
+    # MNIST's digits: answer each input from the posterior over two readings of it, as given and remade as
     # MNIST's digits were made (bnn_zoo.data.images.remade: background to black, the ink fitted into
-    # 20x20 and centred by its mass): a shifted, rescaled or brightened digit reads as the digit it is.
-    # Twice the predictions; runs that trained before it existed read their inputs as given.
+    # 20x20 and centred by its mass), their predictive samples pooled (bnn_zoo.posterior.reading): where
+    # the readings disagree the answer is uncertain. Twice the predictions.
     remade: bool = False
     # Examples held out of the training set for validation and threshold calibration (null: 5000 of
     # MNIST's, a fifth of your own data's).

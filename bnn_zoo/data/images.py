@@ -130,7 +130,7 @@ def remade(images: torch.Tensor) -> torch.Tensor:
     flat = images.float().flatten(1)
     background, top = flat.median(1).values[:, None], flat.max(1).values[:, None]
     x = ((flat - background) / (top - background).clamp_min(1) * 255).clamp(0, 255).round().view(n, side, side)
-    ink, at = x > INK_FLOOR, torch.arange(side)
+    ink, at = x > INK_FLOOR, torch.arange(side, device=images.device)
     rows, cols = ink.any(2), ink.any(1)
     first = lambda hit: torch.where(hit, at, side).min(1).values  # noqa: E731
     last = lambda hit: torch.where(hit, at, -1).max(1).values  # noqa: E731
@@ -145,8 +145,8 @@ def remade(images: torch.Tensor) -> torch.Tensor:
     # it lands on pixel 14, kept inside the frame (as centred does)
     cy = ((glyph.sum(2) * at).sum(1) / mass - top_row + 0.5) * scale - 0.5
     cx = ((glyph.sum(1) * at).sum(1) / mass - left + 0.5) * scale - 0.5
-    y0 = (14 - cy).round().clamp(min=torch.zeros(n), max=side - (height * scale).round())
-    x0 = (14 - cx).round().clamp(min=torch.zeros(n), max=side - (width * scale).round())
+    y0 = (14 - cy).round().clamp(min=torch.zeros_like(cy), max=side - (height * scale).round())
+    x0 = (14 - cx).round().clamp(min=torch.zeros_like(cx), max=side - (width * scale).round())
     centres = at.float() + 0.5  # each output pixel's centre, sampled from the glyph in the input's pixels
     ys = (top_row[:, None] + (centres - y0[:, None]) / scale[:, None]) / side * 2 - 1
     xs = (left[:, None] + (centres - x0[:, None]) / scale[:, None]) / side * 2 - 1

@@ -23,6 +23,7 @@ from ..core.guides import GUIDES
 from ..core.likelihoods import NOISE_MODES
 from ..core.nets import ImageTooSmall
 from ..core.priors import PRIORS
+from ..data.augment import problem as augment_problem
 from ..data.own import OWN_DATA, ROWS, name_problem
 from ..posterior import KINDS as POSTERIORS
 from ..posterior import fitted_kinds
@@ -152,6 +153,11 @@ def check(cfg: DictConfig) -> None:
     if cfg.data.remade and data != "mnist":
         raise ConfigError(f"bad config key 'data.remade': it reads inputs as MNIST's digits were made, and this run "
                           f"reads {data}: leave it out (data.remade=false)")
+    trouble = augment_problem(cfg.augment)
+    if trouble is None and OmegaConf.to_object(cfg.augment).active and (data == "csv" or data in TOY_DATA):
+        trouble = f"bad config section 'augment': it transforms images, and this run reads {data}: leave it out"
+    if trouble is not None:
+        raise ConfigError(trouble)
     if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
         raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "
                           f"leaves it, which needs your own table; {data} takes a number (for example 0.1)")

@@ -17,7 +17,6 @@ from torch import nn
 from ..abstain.conformal import ConformalSets
 from ..abstain.density import FeatureDensity
 from ..abstain.rule import Rule
-from ..abstain.shift import checked_reference
 from ..core.errors import CheckpointError, ConfigError, show
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
@@ -125,7 +124,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu", fitted: bool =
     run_dir = Path(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
     twin = run_dir / TWIN_CHECKPOINT
-    calibration = _calibration_file(run_dir / CALIBRATION)  # checked against the run's classes
+    calibration = _calibration_file(run_dir / CALIBRATION)
     trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, read(twin, device) if twin.is_file() else None,
                         twin, device, samples, calibration)
     for member in member_dirs(run_dir, trained.config.train.members):
@@ -192,7 +191,7 @@ def _densities(states: dict) -> dict[str, FeatureDensity]:
 def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path, device, samples,
               calibration: tuple[object, str, str] = ({}, "", "")) -> Trained:
     """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float),
-    with ``calibration`` (its content, where it came from, how to fix it), checked against the run's classes."""
+    with ``calibration`` (its content, where it came from, how to fix it), checked."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     config = stored_config(state, path)
     fitted = config.get("train", {}).get("posteriors") if isinstance(config.get("train"), dict) else None
@@ -204,7 +203,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
     networks = Plan.of(cfg).networks
-    calibration = checked_calibration(*calibration, classes=networks.recipe.classes) if calibration[0] != {} else {}
+    calibration = checked_calibration(*calibration) if calibration[0] != {} else {}
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_networks(networks, state.get("num_data"), device)
     _load_state(model, state["model"], path)
@@ -254,11 +253,11 @@ def _calibration_file(path: Path) -> tuple[object, str, str]:
     return (read_json(path, "calibration bnn-zoo wrote", fix) if path.is_file() else {}), str(path), fix
 
 
-def checked_calibration(calibration, where: str, fix: str, classes: int | None = None) -> dict:
+def checked_calibration(calibration, where: str, fix: str) -> dict:
     """A run's or a shipped posterior's calibration (``where`` it came from), each posterior's entry
-    checked: a mapping whose rules, sets, temperature and alarm reference (entropies from 0 to
-    log2(``classes``) bits) are ones bnn-zoo writes; else a CheckpointError that names what is
-    wrong and says ``fix``."""
+    checked: a mapping whose rules (each with the share of validation it refused), sets and
+    temperature are ones bnn-zoo writes; else a CheckpointError that names what is wrong and says
+    ``fix``."""
     try:
         if not isinstance(calibration, dict):
             raise ValueError(f"it holds {show(calibration)}, not a mapping of posteriors")
@@ -270,10 +269,10 @@ def checked_calibration(calibration, where: str, fix: str, classes: int | None =
                 after = entry.get("after_alarm", {})
                 if not isinstance(after, dict):
                     raise ValueError(f"its after-alarm entry is {show(after)}, not a mapping")
-                for what, rule in (("its rule", entry.get("rule")), ("its after-alarm rule", after.get("rule"))):
-                    _checked_rule(rule, what)
-                if "alarm" in entry:
-                    checked_reference(entry["alarm"], classes)
+                for what, held in (("its", entry), ("its after-alarm", after)):
+                    _checked_rule(held.get("rule"), f"{what} rule")
+                    if "rule" in held:  # the shift alarm watches its refusals against this rate
+                        _checked_rate(held.get("validation"), what)
             except (ValueError, TypeError, AttributeError) as err:
                 raise ValueError(f"{part}: {err}") from None
         _sets(calibration)
@@ -283,6 +282,14 @@ def checked_calibration(calibration, where: str, fix: str, classes: int | None =
         return calibration
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
         raise CheckpointError(f"{where} is not a calibration bnn-zoo wrote ({err}); {fix}") from None
+
+
+def _checked_rate(validation, what: str) -> None:
+    """A stored rule's validation figures hold the share of inputs it refused, a number from 0 to 1,
+    or a ValueError naming ``what`` (whose rule)."""
+    refused = validation.get("refused") if isinstance(validation, dict) else None
+    if isinstance(refused, bool) or not isinstance(refused, (int, float)) or not 0 <= refused <= 1:
+        raise ValueError(f"{what} rule's share of validation refused is {show(refused)}, not a number from 0 to 1")
 
 
 def _checked_rule(rule, what: str) -> None:

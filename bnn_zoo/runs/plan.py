@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.architectures import Recipe, architecture
 from ..core.errors import ConfigError, short_quotes, show
+from ..data.augment import AugmentConfig
 from ..data.config import DataConfig
 from .schema import AbstentionConfig, MCMCConfig, ModelConfig, TrainConfig
 
@@ -64,6 +65,7 @@ class Plan:
     arch: str
     networks: Networks
     data: DataConfig
+    augment: AugmentConfig
     train: TrainConfig
     mcmc: MCMCConfig
     abstention: AbstentionConfig
@@ -76,11 +78,12 @@ class Plan:
 
     @classmethod
     def of(cls, cfg: DictConfig) -> "Plan":
-        sections = {name: OmegaConf.to_object(cfg[name]) for name in ("model", "data", "train", "mcmc", "abstention")}
+        sections = {name: OmegaConf.to_object(cfg[name])
+                    for name in ("model", "data", "augment", "train", "mcmc", "abstention")}
         stats = cfg.data.target_stats
         networks = Networks(recipe(cfg), sections["model"], None if stats is None else tuple(stats),
                             cfg.train.twin_dropout)
-        return cls(cfg, cfg.arch, networks, sections["data"], sections["train"], sections["mcmc"],
+        return cls(cfg, cfg.arch, networks, sections["data"], sections["augment"], sections["train"], sections["mcmc"],
                    sections["abstention"], cfg.seed, cfg.infer, cfg.device, cfg.run_dir, cfg.resume, cfg.overwrite)
 
     @property

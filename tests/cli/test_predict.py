@@ -108,8 +108,8 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
     answers = json.loads(printed.out)["answers"]
     why = ("no rule is certified for bayes, so each answer is its 80% conformal set: the smallest risk these 128 "
            "validation inputs certify at delta 0.05 is ")
-    assert printed.err.startswith(why) and printed.err.count("\n") == 2
-    assert printed.err.splitlines()[1].startswith("no shift alarm: 12 inputs look like")  # the sets' guarantee too
+    assert printed.err.startswith(why) and printed.err.count("\n") == 1  # the alarm watches a certified rule: none
+    assert "shift alarm" not in printed.err and json.loads(printed.out)["alarm"] is None
     assert f"python -m bnn_zoo.certify {uncertified_run} --risk " in printed.err
     assert "risk 0.01 needs at least 709 validation inputs accepted with no error" in printed.err
     trained = load(uncertified_run, DEVICE)
@@ -124,8 +124,8 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
         ranked = [] if len(in_set) == 10 else sorted(in_set, key=lambda c: -float(p[c]))  # by mean probability
         assert list(map(int, answer["accepted"])) == ranked
     assert main([str(uncertified_run), *files[:2], "--samples", "4"]) == 0
-    header, *lines, alarm = capsys.readouterr().out.splitlines()
-    assert header == printed.err.splitlines()[0] and alarm.startswith("no shift alarm: 2 inputs look like")
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header == printed.err.splitlines()[0] and len(lines) == 2  # no alarm line: no certified rule to watch
     for line, answer in zip(lines, answers):
         names = ", ".join(map(str, answer["set"]["classes"]))
         held = "I don't know (its 80% set holds every class)"
@@ -184,10 +184,11 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     found = json.loads(printed.out)
     trained, probs = load("lenet"), _shipped_draws(files, 20)
     rule, after = trained.rules["bayes"], trained.after_alarm("bayes")[0]
-    expected_at = ShiftAlarm.of(trained.calibration["bayes"]["alarm"], seed=0).observe(probs).alarm_at
+    expected = ShiftAlarm.of(trained.calibration["bayes"]).observe(probs)
+    expected_at = expected.alarm_at
     alarm = found["alarm"]
-    assert alarm["alarm_at"] == expected_at <= 20 and alarm["direction"] == "higher" and alarm["acting"] is True
-    assert alarm["inputs"] == 50 and alarm["peaks"]["higher"] >= alarm["bounds"]["higher"] == pytest.approx(1 / 0.0045)
+    assert alarm["alarm_at"] == expected_at <= 20 and alarm["direction"] == "refused" and alarm["acting"] is True
+    assert alarm["inputs"] == 50 and alarm["peaks"]["refused"] >= alarm["bounds"]["refused"] == pytest.approx(1 / 0.0045)
     assert alarm["after_alarm_rule"] == after.to_dict()
     held = torch.arange(1, 51) >= expected_at
     plain, strict = rule(probs), after(probs)
@@ -200,9 +201,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     assert alarm["refused_after_alarm"] == len(only_after)
     assert printed.err == alarm["text"] + "\n" and "martingale" not in alarm["text"]
     assert alarm["text"] == (
-        f"shift alarm: by input {expected_at} of 50, these inputs no longer look like the ones the guarantee was "
-        "certified on: they are more uncertain than those were (a stream like those sounds it at most 1% of the time); "
-        f"from input {expected_at} on, answers are held to the stricter after-alarm rule ({len(only_after)} "
+        f"{expected.describe()}; from input {expected_at} on, answers are held to the stricter after-alarm rule ({len(only_after)} "
         f"input{'s' * (len(only_after) != 1)} refused that the certified rule alone would have answered); to answer "
         "inputs like these under a guarantee, "
         "train and certify a run on labelled ones like them (python -m bnn_zoo.train lenet data.name=folder "
@@ -235,8 +234,10 @@ def test_predict_cli_leaves_a_clean_stream_as_the_certified_rule_answers_it(shar
     assert not any(a["after_alarm"] for a in found["answers"]) and found["alarm"]["alarm_at"] is None
     assert main(["lenet", *digits, "--samples", "20"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == ("no shift alarm: 20 inputs look like the ones the guarantee was certified on (a stream like those "
-                    "sounds it at most 1% of the time)")
+    refused = sum(r is None for r in expected)
+    assert last.startswith(f"no shift alarm: the certified rule refused {refused} of 20 inputs ({refused / 20:.0%}), "
+                           "where it refused ") and last.endswith("within the tolerance (a stream within it sounds the "
+                                                                  "alarm at most 1% of the time)")
     assert main(["lenet", digits[0], "--samples", "20"]) == 0  # one input is no stream
     assert "shift alarm" not in capsys.readouterr().out
 

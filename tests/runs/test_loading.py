@@ -11,19 +11,12 @@ from bnn_zoo.runs.checkpoint import CALIBRATION, read, save_atomic
 
 # (what is done to a calibration, what the refusal says of it)
 TAMPERED = {
-    "a 400-digit integer": (lambda c: c["bayes"]["alarm"]["scores"].__setitem__(3, 10 ** 400),
-                            f"bayes: its alarm reference's score 4 is 1{'0' * 59}...: an entropy is a number of bits "
-                            "from 0 to log2(10) = 3.3219"),  # cut to 60 characters
-    "a negative entropy": (lambda c: c["bayes"]["alarm"]["scores"].__setitem__(0, -0.5),
-                           "bayes: its alarm reference's score 1 is -0.5: an entropy is a number of bits from 0 to "
-                           "log2(10) = 3.3219"),
-    "an entropy above log2(10)": (lambda c: c["twin"]["alarm"]["scores"].__setitem__(2, 3.5),
-                                  "twin: its alarm reference's score 3 is 3.5: an entropy is a number of bits from 0 "
-                                  "to log2(10) = 3.3219"),
+    "a refusal rate that is no share": (lambda c: c["bayes"]["validation"].__setitem__("refused", 1.5),
+                                        "bayes: its rule's share of validation refused is 1.5, not a number from 0 to 1"),
+    "an after-alarm rule without its rate": (lambda c: c["twin"]["after_alarm"]["validation"].pop("refused"),
+                                             "twin: its after-alarm rule's share of validation refused is None, not a "
+                                             "number from 0 to 1"),
     "a part that is a list": (lambda c: c.__setitem__("twin", [1, 2]), "its twin entry is [1, 2], not a mapping"),
-    "a reference that is a list": (lambda c: c["bayes"].__setitem__("alarm", [{"a": 1}]),
-                                   "bayes: an alarm reference holds the signal 'entropy' and a list of scores, got "
-                                   "[{'a': 1}]"),
     "an after-alarm rule without its threshold": (lambda c: c["bayes"]["after_alarm"]["rule"].pop("threshold"),
                                                   "bayes: its after-alarm rule lacks 'threshold'"),
 }
@@ -57,7 +50,7 @@ def test_a_tampered_run_calibration_is_refused_by_name_in_one_line(certified_run
     assert capsys.readouterr().err == f"error: {expected}\n"
 
 
-@pytest.mark.parametrize("how", ["a 400-digit integer", "a reference that is a list", "a part that is a list"])
+@pytest.mark.parametrize("how", ["a refusal rate that is no share", "an after-alarm rule without its rate", "a part that is a list"])
 def test_a_tampered_shipped_calibration_is_refused_by_name_and_the_page_says_so(shipped_copy, tmp_path, monkeypatch,
                                                                                 how):
     from starlette.testclient import TestClient
@@ -88,8 +81,7 @@ def test_a_calibration_that_is_not_a_mapping_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"calibration.json is not a calibration bnn-zoo wrote \(it holds "
                                               r"\[1, 2\], not a mapping of posteriors\); delete it or write it again"):
         loading.read_calibration(path)
-    assert loading.checked_calibration({"bayes": {"alarm": {"signal": "entropy", "scores": [3.3219]}}}, "here", "",
-                                       classes=10)
-    with pytest.raises(CheckpointError, match="score 1 is 3.3219: an entropy is a number of bits from 0 to log2"):
-        loading.checked_calibration({"bayes": {"alarm": {"signal": "entropy", "scores": [3.3219]}}}, "here", "",
-                                    classes=9)
+    rule = {"quantile": 0.5, "threshold": 0.2, "signal": None, "cut": None}
+    assert loading.checked_calibration({"bayes": {"rule": rule, "validation": {"refused": 0.02}}}, "here", "")
+    with pytest.raises(CheckpointError, match="its rule's share of validation refused is True, not a number"):
+        loading.checked_calibration({"bayes": {"rule": rule, "validation": {"refused": True}}}, "here", "")
