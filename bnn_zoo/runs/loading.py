@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..abstain.after_alarm import check_after_alarm
 from ..abstain.conformal import ConformalSets
 from ..abstain.density import FeatureDensity
 from ..abstain.rule import Rule
@@ -21,19 +22,8 @@ from ..abstain.shift import checked_reference
 from ..core.errors import CheckpointError, ConfigError, show
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
-from .checkpoint import (
-    CALIBRATION,
-    CERTIFIED_WEIGHTS,
-    CHECKPOINT,
-    DENSITIES,
-    FITTED,
-    HMC_SAMPLES,
-    MEMBERS,
-    TWIN_CHECKPOINT,
-    read,
-    save_atomic,
-    stored_config,
-)
+from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, DENSITIES, FITTED, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
+from .checkpoint import read, save_atomic, stored_beside, stored_config
 from .checks import pick_device
 from .config import make_config
 from .factory import build_networks, build_twin
@@ -203,7 +193,8 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         by_name = ":" in str(config.get("arch"))  # a network by name: its module must import here
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
-    networks = Plan.of(cfg).networks
+    plan = Plan.of(cfg, stored_beside(state, path))
+    networks = plan.networks
     calibration = checked_calibration(*calibration, classes=networks.recipe.classes) if calibration[0] != {} else {}
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_networks(networks, state.get("num_data"), device)
@@ -221,7 +212,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
                    calibration, _temperature(calibration), run=state.get("run"),
-                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None)
+                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None, data=plan.data)
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:
@@ -256,9 +247,8 @@ def _calibration_file(path: Path) -> tuple[object, str, str]:
 
 def checked_calibration(calibration, where: str, fix: str, classes: int | None = None) -> dict:
     """A run's or a shipped posterior's calibration (``where`` it came from), each posterior's entry
-    checked: a mapping whose rules, sets, temperature and alarm reference (entropies from 0 to
-    log2(``classes``) bits) are ones bnn-zoo writes; else a CheckpointError that names what is
-    wrong and says ``fix``."""
+    checked: a mapping whose rules, after-alarm entry (``check_after_alarm``), sets, temperature and alarm
+    reference (entropies from 0 to log2(``classes``) bits) are ones bnn-zoo writes; else a CheckpointError saying ``fix``."""
     try:
         if not isinstance(calibration, dict):
             raise ValueError(f"it holds {show(calibration)}, not a mapping of posteriors")
@@ -270,8 +260,9 @@ def checked_calibration(calibration, where: str, fix: str, classes: int | None =
                 after = entry.get("after_alarm", {})
                 if not isinstance(after, dict):
                     raise ValueError(f"its after-alarm entry is {show(after)}, not a mapping")
-                for what, rule in (("its rule", entry.get("rule")), ("its after-alarm rule", after.get("rule"))):
-                    _checked_rule(rule, what)
+                for what, held in (("its rule", entry), ("its after-alarm rule", after)):
+                    _checked_rule(held, what)
+                check_after_alarm(entry)
                 if "alarm" in entry:
                     checked_reference(entry["alarm"], classes)
             except (ValueError, TypeError, AttributeError) as err:
@@ -285,15 +276,15 @@ def checked_calibration(calibration, where: str, fix: str, classes: int | None =
         raise CheckpointError(f"{where} is not a calibration bnn-zoo wrote ({err}); {fix}") from None
 
 
-def _checked_rule(rule, what: str) -> None:
-    """A stored rule (None: there is none) as Rule.from_dict reads it, or a ValueError naming ``what``."""
-    if rule is None:
+def _checked_rule(held: dict, what: str) -> None:
+    """The rule ``held`` holds (where it holds one) as Rule.from_dict reads it, or a ValueError naming ``what``."""
+    if "rule" not in held:
         return
     try:
-        Rule.from_dict(rule)
+        Rule.from_dict(held["rule"])
     except KeyError as err:
         raise ValueError(f"{what} lacks {err}") from None
     except (TypeError, AttributeError):
-        raise ValueError(f"{what} is {show(rule)}, not a rule") from None
+        raise ValueError(f"{what} is {show(held['rule'])}, not a rule") from None
     except ValueError as err:
         raise ValueError(f"{what}: {err}") from None
