@@ -9,6 +9,7 @@ test digits come writer group by writer group: the first and last 1,000, digits 
 Usage: python scripts/alarm_rates.py lenet [--posteriors bayes twin] [--streams 200] [--length 1000]
            [--orders 20] [--alpha 0.01] [--json alarm_rates.json]
 """
+import argparse
 import json
 import math
 import sys
@@ -23,6 +24,7 @@ from bnn_zoo.core.errors import ConfigError
 from bnn_zoo.core.predictive import seeded
 from bnn_zoo.data.sets import run_data_root, run_split
 from bnn_zoo.evaluation.under_shift import corrupted_sets, default_shift
+from bnn_zoo.posterior import KINDS
 from bnn_zoo.runs.loading import load
 from bnn_zoo.runs.trained import posteriors
 
@@ -106,14 +108,25 @@ def report(name: str, found: dict) -> str:
     return "\n".join(lines)
 
 
+def false_alarm_rate(text: str) -> float:
+    """--alpha, checked before any work: a rate in (0, 1)."""
+    try:
+        alpha = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < alpha < 1:
+        raise argparse.ArgumentTypeError(f"a false-alarm rate lies in (0, 1), got {text}")
+    return alpha
+
+
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
     parser.add_argument("name", help="a shipped posterior (lenet, mnist_mlp, lenet_fashion) or a run directory")
-    parser.add_argument("--posteriors", nargs="+", default=None, help="default: bayes and twin")
+    parser.add_argument("--posteriors", nargs="+", default=None, choices=list(KINDS), help="default: bayes and twin")
     parser.add_argument("--streams", type=cli.count, default=200)
     parser.add_argument("--length", type=cli.count, default=1000)
     parser.add_argument("--orders", type=cli.count, default=20)
-    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument("--alpha", type=false_alarm_rate, default=0.01)
     parser.add_argument("--samples", type=cli.posterior_samples, default=100)
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--json", default=None, help="also write the figures here")

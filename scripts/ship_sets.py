@@ -27,9 +27,10 @@ from bnn_zoo.cli import options as cli
 from bnn_zoo.cli.certify import after_alarm_entry, after_alarm_line, certify_trained, validation_set
 from bnn_zoo.core.predictive import seeded
 from bnn_zoo.posterior import KINDS, TWIN_SCALED, certifying
-from bnn_zoo.runs.checkpoint import config_dict, read, save_atomic, stored_config
+from bnn_zoo.runs.checkpoint import read, save_atomic, stored_beside, stored_config
 from bnn_zoo.runs.config import make_config
 from bnn_zoo.runs.loading import SHIPPED, load, shipped_names
+from bnn_zoo.runs.plan import Plan
 from bnn_zoo.runs.portable import make_portable, portable
 from bnn_zoo.runs.trained import posteriors, sampled_probs
 
@@ -63,23 +64,28 @@ def recertify(name: str, data_root: str | None = None, overrides: list[str] | No
     """Certify ``name`` again on its shipped weights as certification certifies a run
     (``certify_trained``: each rule, its after-alarm rule, sets, the scaled twin's
     temperature), its config first changed by ``overrides`` (KEY=VALUE, as train takes them:
-    data.remade=true), and write it all into its file, its weights kept; returns the entries."""
+    data.remade=true; the networks must stay those the weights fit), and write it all into its file
+    once, whole, its weights kept, after all of it succeeded; returns the entries."""
     path = SHIPPED / f"{name}.pt"
     state = read(path)
     if any(entry.get("rule", {}).get("signal") == DENSITY for entry in state["calibration"].values()
            if isinstance(entry, dict)):
         raise ValueError(f"{name}'s twin gates on its feature density, which --recertify does not fit again: "
                          "certify its run (python -m bnn_zoo.certify RUN_DIR --twin-signal feature_density) and ship it")
-    if overrides:
-        save_atomic({**state, "config": portable(config_dict(make_config(stored_config(state, path), overrides)))}, path)
     trained = load(name)
+    config = make_config(stored_config(state, path), overrides) if overrides else trained.config
+    if Plan.of(config).networks != Plan.of(trained.config).networks:
+        raise ValueError(f"--override {' '.join(overrides)} changes the networks {name}'s weights fit; override only "
+                         "how inputs are read and certified")
+    for held in (trained, *trained.members):  # the file as it will be, in memory: nothing written until all succeeded
+        held.config = config
     a = trained.config.abstention
     x, labels = validation_set(trained, data_root)
     certified = certify_trained(trained, x, labels, a.risk, a.delta, a.max_refusal, a.signal, a.quantile, a.samples,
                                 a.alpha, a.set_score, seed, a.after_alarm_refusal, a.after_alarm_quantile)
-    state = read(path)
     kept = {key: entry for key, entry in state["calibration"].items() if key not in KINDS}  # the weights it certified
-    save_atomic({**state, "calibration": {**kept, **certified}}, path)
+    config = portable(Plan.of(config, stored_beside(state, path)).stored()) if overrides else state["config"]
+    save_atomic({**state, "config": config, "calibration": {**kept, **certified}}, path)
     return certified
 
 

@@ -208,6 +208,23 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
     assert scaled["sets"] == expected["twin_scaled"].to_dict() and scaled["rule"]["signal"] in ("entropy", None)
 
 
+@pytest.mark.parametrize("override", ["data.remade=false", "data.remade=true"])
+def test_ship_sets_recertify_writes_nothing_until_all_it_needs_succeeded(tmp_path, monkeypatch, capsys, override):
+    """Issue 47: --recertify --override wrote the override into the shipped file, then stopped on the
+    missing data, leaving the posterior to load with the override under its old certificate."""
+    shipped, script = shipped_copy(tmp_path, monkeypatch)
+    before = (shipped / "lenet.pt").read_bytes()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert script.main(["lenet", "--recertify", "--override", override, "--data-root", str(empty)]) == 2
+    assert "MNIST" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert (shipped / "lenet.pt").read_bytes() == before
+    assert script.main(["lenet", "--recertify", "--override", "model.prior_scale=2.0", "--data-root", str(empty)]) == 2
+    assert capsys.readouterr().err == ("error: --override model.prior_scale=2.0 changes the networks lenet's weights "
+                                       "fit; override only how inputs are read and certified\n")
+    assert (shipped / "lenet.pt").read_bytes() == before
+
+
 @pytest.mark.slow
 def test_ship_sets_adds_the_after_alarm_rules_beside_the_shipped_rules(shared_data, tmp_path, monkeypatch, capsys):
     """On a copy of the shipped mnist_mlp without them: --after-alarm-only writes beside each rule the
@@ -644,6 +661,20 @@ def test_tables_runs_the_documented_line_and_its_ensemble_beside_the_baselines(t
     assert row["linear"]["accuracy"] == 1.0 and row["mean"]["accuracy"] == pytest.approx(0.2)
     assert row["command"].startswith("python -m bnn_zoo.train table_classification data.path=")
     assert f"| iris | 0 | {row['bayes']['accuracy']:.2%} / {row['bayes']['nll']:.3f} |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--alpha", "2"], "argument --alpha: a false-alarm rate lies in (0, 1), got 2"),
+    (["--alpha", "often"], "argument --alpha: expected a number, got 'often'"),
+    (["--posteriors", "nope"], "argument --posteriors: invalid choice: 'nope' (choose from 'bayes', 'twin', "),
+])
+def test_alarm_rates_checks_its_arguments_before_any_work(args, message, monkeypatch, capsys):
+    """Issue 47: --alpha 2 was refused after 38 s of work, --posteriors nope said "certify it again"."""
+    script = load_script("alarm_rates")
+    monkeypatch.setattr(script, "rates", lambda *a, **k: pytest.fail("it worked before checking its arguments"))
+    with pytest.raises(SystemExit) as done:
+        script.main(["lenet", *args])
+    assert done.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_the_clopper_pearson_bound_of_the_alarm_rates():

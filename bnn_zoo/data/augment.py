@@ -75,7 +75,9 @@ COVERS = {"translate": ("translate",), "scale": ("scale",), "rotate": ("rotate",
 def problem(section) -> Optional[str]:
     """What is wrong with an ``augment`` section (an AugmentConfig, or a config node of its keys), in
     one line naming the key, or None."""
-    get = (lambda key: getattr(section, key))
+    def get(key: str):
+        return getattr(section, key)
+
     ranges = {"translate": (0, 0.5, "a share of the image's side"), "rotate": (0, 180, "degrees"),
               "shear": (0, 60, "degrees"), "stroke": (0, 1, "a share of a pixel's dilation"),
               "background": (0, 1, "a level of the ink's brightness"), "blur": (0, 3, "a Gaussian's sd in pixels"),

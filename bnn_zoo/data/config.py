@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 
+# The data keys as long as a run's inputs are wide: a table of 10,000 columns made them OmegaConf lists
+# of 10,000 nodes, merged and checked one by one at every config built (a minute to train, 56 s each
+# predict), so they stay out of the config's merges and travel beside it, typed.
+HELD_BESIDE = ("features", "mean", "std")
+
+
 @dataclass(frozen=True)
 class DataConfig:
     # mnist, fashion_mnist (classifiers), polynomial, sinusoid (toy_mlp), or your own (bnn_zoo.data.own):
@@ -27,7 +33,9 @@ class DataConfig:
     channels: int = 1
     target: Optional[str] = None  # csv: the target column (null: one named target/label/class/y, else the last)
     ood: Dict[str, str] = field(default_factory=dict)  # {name: folder of images} evaluate and the scoreboard score
-    # Measured on your own data's training split when a run starts (its DataProfile); its checkpoint answers without it
+    # Measured on your own data's training split when a run starts (its DataProfile); its checkpoint answers without it.
+    # The keys of HELD_BESIDE are held beside the config, not in it: on a plan's and a loaded run's typed data
+    # section (``Plan.data``, ``Trained.data``), and in the config its checkpoint and metrics.json store.
     input_shape: Optional[List[int]] = None
     classes: Optional[List[str]] = None
     features: Optional[List[str]] = None  # csv: the feature columns the network reads, in order

@@ -10,13 +10,14 @@ to black and their brightest ink to white, the ink fitted into 20x20 and centred
 once on the tensor: what a run with ``data.remade`` answers beside each input as given.
 
 Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``; ``decode("cat.png", channels=3)``;
-``remade(images)  # uint8 [N, 28, 28]``
+``pixel_count("cat.png")  # from its header``; ``remade(images)  # uint8 [N, 28, 28]``
 """
 from __future__ import annotations
 
 import re
 import struct
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,11 +45,28 @@ def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
     before it is, EXIF orientation is applied, transparent pixels take the background that
     contrasts with the ink (a dark digit drawn on nothing gets white paper), 16-bit and
     floating-point pixels are scaled to 0..255. Raises ValueError with the reason when the file
-    cannot be read as such an image.
+    cannot be read as such an image, whatever the decoder raised (a malformed file fails in many ways).
 
     Usage: ``values = decode("cat.png", channels=3)  # float32 [3, H, W]``
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import ImageOps
+
+    with _opened(source) as img:
+        return _values(ImageOps.exif_transpose(img), channels)
+
+
+def pixel_count(source: str | Path | BinaryIO) -> int:
+    """How many pixels ``decode`` would decode (width x height), read from the file's header alone,
+    with ``decode``'s refusals: what a bound on the memory of decodes in flight weighs first."""
+    with _opened(source) as img:
+        return img.width * img.height
+
+
+@contextmanager
+def _opened(source: str | Path | BinaryIO):
+    """The image file opened by Pillow (a format of FORMATS, at most MAX_PIXELS), and whatever
+    fails while it is read, opened or decoded, as a ValueError that says why in a line."""
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
@@ -56,7 +74,7 @@ def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
             with Image.open(source, formats=list(FORMATS)) as img:
                 if img.width * img.height > MAX_PIXELS:
                     raise ValueError(_too_large(img.width * img.height))
-                return _values(ImageOps.exif_transpose(img), channels)
+                yield img
     except FileNotFoundError:
         raise ValueError("no such file") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:  # Pillow's own bound, past ours
@@ -66,7 +84,9 @@ def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
         refused = _other_format(source)
         raise ValueError(f"not an image format bnn-zoo reads ({refused}); {SEND}" if refused else
                          f"not a readable image; {SEND}") from None
-    except (OSError, SyntaxError) as err:
+    except ValueError:
+        raise  # ours, and Pillow's own, say why in a line
+    except Exception as err:  # noqa: BLE001 - any failure of a decoder (a malformed tag: TypeError) is the file's
         raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
 
 

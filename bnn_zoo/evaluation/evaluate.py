@@ -190,7 +190,7 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
         name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
         try:
             size = ood_size[name] if isinstance(ood_size, dict) else ood_size
-            x, pairs = ood_inputs(trained.config, entry, root, size, seed)
+            x, pairs = ood_inputs(trained.data, entry, root, size, seed)
             x = x.to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
@@ -227,16 +227,17 @@ def default_ood(cfg) -> tuple[str, ...]:
     return (*DEFAULT_OOD.get(cfg.data.name, ()), *(f"{name}={folder}" for name, folder in cfg.data.ood.items()))
 
 
-def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """An OOD set as the run's network sees it, and the overlaid set's digit pairs: a named set
-    (``bnn_zoo.data.ood_sets``), or NAME=FOLDER, the first ``size`` images of a folder (and its subfolders)."""
+def ood_inputs(data, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An OOD set as the run's network sees it (``data``: its typed data section, ``Trained.data``), and the
+    overlaid set's digit pairs: a named set (``bnn_zoo.data.ood_sets``), or NAME=FOLDER, the first
+    ``size`` images of a folder (and its subfolders)."""
     name, _, folder = name.partition("=")
     if folder:
         files = image_files(Path(folder).expanduser())  # a seeded sample of them, not the first subfolder's
         chosen = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed))[:size].sort().values
-        return image_inputs(cfg.data, [files[i] for i in chosen], folder), None
+        return image_inputs(data, [files[i] for i in chosen], folder), None
     images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
-    return pixel_inputs(cfg.data, images), pairs
+    return pixel_inputs(data, images), pairs
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

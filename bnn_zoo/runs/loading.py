@@ -14,25 +14,15 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..abstain.after_alarm import check_after_alarm
 from ..abstain.conformal import ConformalSets
 from ..abstain.density import FeatureDensity
 from ..abstain.rule import Rule
 from ..core.errors import CheckpointError, ConfigError, show
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
-from .checkpoint import (
-    CALIBRATION,
-    CERTIFIED_WEIGHTS,
-    CHECKPOINT,
-    DENSITIES,
-    FITTED,
-    HMC_SAMPLES,
-    MEMBERS,
-    TWIN_CHECKPOINT,
-    read,
-    save_atomic,
-    stored_config,
-)
+from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, DENSITIES, FITTED, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
+from .checkpoint import read, save_atomic, stored_beside, stored_config
 from .checks import pick_device
 from .config import make_config
 from .factory import build_networks, build_twin
@@ -202,7 +192,8 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         by_name = ":" in str(config.get("arch"))  # a network by name: its module must import here
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
-    networks = Plan.of(cfg).networks
+    plan = Plan.of(cfg, stored_beside(state, path))
+    networks = plan.networks
     calibration = checked_calibration(*calibration) if calibration[0] != {} else {}
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_networks(networks, state.get("num_data"), device)
@@ -220,7 +211,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
                    calibration, _temperature(calibration), run=state.get("run"),
-                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None)
+                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None, data=plan.data)
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:
@@ -255,9 +246,8 @@ def _calibration_file(path: Path) -> tuple[object, str, str]:
 
 def checked_calibration(calibration, where: str, fix: str) -> dict:
     """A run's or a shipped posterior's calibration (``where`` it came from), each posterior's entry
-    checked: a mapping whose rules (each with the share of validation it refused), sets and
-    temperature are ones bnn-zoo writes; else a CheckpointError that names what is wrong and says
-    ``fix``."""
+    checked: a mapping whose rules (each with the share of validation it refused), after-alarm entry
+    (``check_after_alarm``), sets and temperature are ones bnn-zoo writes; else a CheckpointError saying ``fix``."""
     try:
         if not isinstance(calibration, dict):
             raise ValueError(f"it holds {show(calibration)}, not a mapping of posteriors")
@@ -269,8 +259,10 @@ def checked_calibration(calibration, where: str, fix: str) -> dict:
                 after = entry.get("after_alarm", {})
                 if not isinstance(after, dict):
                     raise ValueError(f"its after-alarm entry is {show(after)}, not a mapping")
-                for what, held in (("its", entry), ("its after-alarm", after)):
-                    _checked_rule(held.get("rule"), f"{what} rule")
+                for what, held in (("its rule", entry), ("its after-alarm rule", after)):
+                    _checked_rule(held, what)
+                check_after_alarm(entry)
+                for what, held in (("its rule", entry), ("its after-alarm rule", after)):
                     if "rule" in held:  # the shift alarm watches its refusals against this rate
                         _checked_rate(held.get("validation"), what)
             except (ValueError, TypeError, AttributeError) as err:
@@ -286,21 +278,21 @@ def checked_calibration(calibration, where: str, fix: str) -> dict:
 
 def _checked_rate(validation, what: str) -> None:
     """A stored rule's validation figures hold the share of inputs it refused, a number from 0 to 1,
-    or a ValueError naming ``what`` (whose rule)."""
+    or a ValueError naming ``what`` (the rule)."""
     refused = validation.get("refused") if isinstance(validation, dict) else None
     if isinstance(refused, bool) or not isinstance(refused, (int, float)) or not 0 <= refused <= 1:
-        raise ValueError(f"{what} rule's share of validation refused is {show(refused)}, not a number from 0 to 1")
+        raise ValueError(f"{what}'s share of validation refused is {show(refused)}, not a number from 0 to 1")
 
 
-def _checked_rule(rule, what: str) -> None:
-    """A stored rule (None: there is none) as Rule.from_dict reads it, or a ValueError naming ``what``."""
-    if rule is None:
+def _checked_rule(held: dict, what: str) -> None:
+    """The rule ``held`` holds (where it holds one) as Rule.from_dict reads it, or a ValueError naming ``what``."""
+    if "rule" not in held:
         return
     try:
-        Rule.from_dict(rule)
+        Rule.from_dict(held["rule"])
     except KeyError as err:
         raise ValueError(f"{what} lacks {err}") from None
     except (TypeError, AttributeError):
-        raise ValueError(f"{what} is {show(rule)}, not a rule") from None
+        raise ValueError(f"{what} is {show(held['rule'])}, not a rule") from None
     except ValueError as err:
         raise ValueError(f"{what}: {err}") from None

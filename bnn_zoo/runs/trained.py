@@ -20,6 +20,7 @@ from ..abstain.shift import ALPHA, ShiftAlarm
 from ..core.bnn import BayesianNet
 from ..core.errors import CheckpointError
 from ..core.twin import Twin
+from ..data.config import DataConfig
 from ..data.own import ROWS
 from ..posterior import KINDS, Posterior
 from ..posterior.reading import BothReadings
@@ -52,6 +53,9 @@ class Trained:
     # Why the calibration cannot be used (it certified other weights), with the command that
     # re-certifies; None where it can, or where there is none.
     calibration_problem: Optional[str] = None
+    # Its typed data section (``Plan.data``): the config's, with the keys its config holds beside it
+    # (your own data's normalization and columns: what its inputs are read with)
+    data: Optional[DataConfig] = None
 
     @property
     def rules(self) -> dict[str, Rule]:

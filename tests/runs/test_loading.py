@@ -19,6 +19,12 @@ TAMPERED = {
     "a part that is a list": (lambda c: c.__setitem__("twin", [1, 2]), "its twin entry is [1, 2], not a mapping"),
     "an after-alarm rule without its threshold": (lambda c: c["bayes"]["after_alarm"]["rule"].pop("threshold"),
                                                   "bayes: its after-alarm rule lacks 'threshold'"),
+    # issue 47: a null rule passed the check and failed later with a TypeError; an empty entry said "(None)"
+    "a null after-alarm rule": (lambda c: c["bayes"]["after_alarm"].__setitem__("rule", None),
+                                "bayes: its after-alarm rule is None, not a rule"),
+    "a null rule": (lambda c: c["twin"].__setitem__("rule", None), "twin: its rule is None, not a rule"),
+    "an empty after-alarm entry": (lambda c: c["bayes"].__setitem__("after_alarm", {}),
+                                   "bayes: its after-alarm entry holds neither a rule nor why none is certified ({})"),
 }
 
 
@@ -73,6 +79,38 @@ def test_a_tampered_shipped_calibration_is_refused_by_name_and_the_page_says_so(
     client = TestClient(create_app(Answerer("lenet", "cpu")), base_url="http://localhost:8000")
     reply = client.post("/api/answer", params={"example": "digit"})
     assert (reply.status_code, reply.json()) == (400, {"error": expected})  # not a 500
+
+
+@pytest.mark.parametrize("loosened, looser", [({"threshold": 0.0}, "a lower threshold"),
+                                               ({"quantile": 0.9}, "a higher quantile"),
+                                               ({"signal": None, "cut": None}, "another gate and another cut"),
+                                               ({"cut": 5.0, "quantile": 0.6}, "a higher quantile and another cut")])
+def test_an_after_alarm_rule_that_does_not_tighten_the_rule_is_refused(loosened, looser):
+    """Issue 47: an after-alarm rule hand-loosened below the certified one answered inputs while
+    listing the rule that refused them, its line still "held to the stricter after-alarm rule"."""
+    from bnn_zoo.abstain.rule import Rule
+
+    rule = Rule(0.5, 0.85, "mutual_information", 0.46)
+    strict = {**Rule(0.02, 0.9, "mutual_information", 0.46).to_dict()}
+    refused = {"refused": 0.02}
+    entry = {"rule": rule.to_dict(), "validation": refused, "after_alarm": {"rule": strict, "validation": refused}}
+    assert loading.checked_calibration({"bayes": entry}, "here", "fix") == {"bayes": entry}  # a tightening
+    entry["after_alarm"]["rule"] = {**strict, **loosened}
+    with pytest.raises(CheckpointError) as refused:
+        loading.checked_calibration({"bayes": entry}, "here", "fix it")
+    loose = Rule.from_dict(entry["after_alarm"]["rule"])
+    assert str(refused.value) == (f"here is not a calibration bnn-zoo wrote (bayes: its after-alarm rule "
+                                  f"({loose.in_words()}) does not tighten its rule ({rule.in_words()}): it has "
+                                  f"{looser}); fix it")
+
+
+def test_an_after_alarm_rule_without_a_rule_is_refused():
+    from bnn_zoo.abstain.rule import Rule
+
+    entry = {"after_alarm": {"rule": Rule(0.02, 0.9).to_dict()}}
+    with pytest.raises(CheckpointError, match=r"\(bayes: it holds an after-alarm rule but no certified rule for it to "
+                                              r"tighten\)"):
+        loading.checked_calibration({"bayes": entry}, "here", "fix")
 
 
 def test_a_calibration_that_is_not_a_mapping_is_refused(tmp_path):
