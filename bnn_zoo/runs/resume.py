@@ -22,14 +22,15 @@ from .fits import held
 from .phases import planned_epochs
 
 # What a resumed run may change: how long and how fast it trains from here, how it reports, where
-# it runs and reads data, the abstention certified at its end, and how many members an ensemble
-# has (the new ones are trained). The rest defines the model.
+# it runs and reads data, how its posteriors read an input (data.remade: training reads them as
+# given) and the abstention certified at its end, and how many members an ensemble has (the new ones
+# are trained). The rest defines the model.
 RESUMABLE = ("train.members", "train.epochs", "train.steps", "train.patience", "train.twin_epochs", "train.lr",
              "train.twin_lr", "train.lr_schedule", "train.lr_min_factor", "train.lr_step", "train.lr_gamma",
              "train.eval_every", "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
              "train.capture", "train.posteriors", "train.drop_posteriors", "train.threads",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
-             "data.path", "data.test_path", "data.ood",
+             "data.path", "data.test_path", "data.ood", "data.remade",
              "abstention", "mcmc")
 
 

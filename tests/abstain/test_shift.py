@@ -179,3 +179,51 @@ def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match=r"watches the certified rule \(refused\) and may watch the after-alarm rule"):
         ShiftAlarm({"held": Watched(UNSURE, 0.1)}, 0.1)
     assert set(MARTINGALES) == {"refused", "held", "repeated"} and math.isclose(sum(MARTINGALES.values()), 1.0)
+
+
+def _shipped_lenet_draws(shared_data, images: torch.Tensor):
+    """The shipped lenet and its Bayesian posterior's 100 draws [S, N, 10] for ``images`` (uint8
+    [N, 28, 28]), in their order, read as it reads them (seed 0)."""
+    import pyro
+
+    from bnn_zoo.data.inputs import pixel_inputs
+    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.trained import posteriors
+
+    trained = load("lenet")
+    with pyro.settings.context(module_local_params=True):
+        pyro.set_rng_seed(0)
+        return trained, posteriors(trained)["bayes"].predict(pixel_inputs(trained.config.data, images), 100)
+
+
+@pytest.mark.slow
+def test_the_shipped_lenet_s_alarm_stays_silent_on_every_window_of_mnist_s_test_set_in_its_stored_order(shared_data):
+    """Issue 46: the other writers' digits of MNIST's test set, window by window in the order the files
+    hold them (scripts/alarm_rates.py's windows), each a stream of its own: no alarm; a corruption that
+    blurs the digits, one stream of 500, sounds it within 50 inputs."""
+    from bnn_zoo.data.corruptions import corrupt
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    trained, probs = _shipped_lenet_draws(shared_data, images)
+    windows = {"first 1,000": (0, 1000), "last 1,000": (9000, 10000), "4,000-5,000": (4000, 5000),
+               "5,000-6,000": (5000, 6000), "last 5,000": (5000, 10000), "whole set": (0, 10000)}
+    for name, (start, end) in windows.items():
+        alarm = trained.alarm("bayes").observe(probs[:, start:end])
+        assert alarm.seen == end - start and not alarm.alarmed, (name, alarm.describe())
+    _, corrupted = _shipped_lenet_draws(shared_data, corrupt(images[:500], "impulse_noise"))
+    alarm = trained.alarm("bayes").observe(corrupted)
+    assert alarm.alarmed and alarm.alarm_at <= 50 and alarm.direction in ("refused", "held")
+
+
+@pytest.mark.slow
+def test_the_shipped_lenet_sees_a_stream_of_one_ordinary_digit_repeated(shared_data):
+    """10,000 copies of an ordinary MNIST test digit, each answered and none refused: the repeat
+    martingale sounds within a few inputs, the refusal martingales never."""
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    trained, probs = _shipped_lenet_draws(shared_data, images[4:5])
+    alarm = trained.alarm("bayes").observe(probs.expand(-1, 10000, -1))
+    assert alarm.direction == "repeated" and alarm.alarm_at <= 5
+    assert bool((alarm.peaks[:2] < alarm.log_bounds[:2]).all())
