@@ -33,7 +33,8 @@ from .runs.trained import Trained, posteriors
 
 
 def __getattr__(name: str):
-    """Names of earlier versions, kept with a warning (once a process): SplitELBO is TraceKL_ELBO."""
+    """Names of earlier versions, kept with a warning (once for each place that uses one, the
+    ``from bnn_zoo import SplitELBO`` form too): SplitELBO is TraceKL_ELBO."""
     if name == "SplitELBO":
         from .core.errors import say_once
 

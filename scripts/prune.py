@@ -31,7 +31,7 @@ def prune_report(run_dir, levels=LEVELS, num_samples=100, quantile=0.5, threshol
                  ood_size=10000, data_root=None, device="auto", seed=0, out_dir=None) -> dict:
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     x, labels = x.to(trained.device), labels.to(trained.device)
-    letters = pixel_inputs(trained.config.data, ood_images("notmnist", root, ood_size)).to(trained.device)
+    letters = pixel_inputs(trained.data, ood_images("notmnist", root, ood_size)).to(trained.device)
     rows = {by: [] for by in SCORES}
     for by in SCORES:
         for level in levels:

@@ -110,15 +110,18 @@ class ScoredRun:
                 for part, r in self.evaluation.posteriors.items()}
         return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
                 "train_seconds": self.train_seconds, "near_means": near,
-                "shift_means": {part: shift_summary(r) for part, r in self.evaluation.posteriors.items() if r.shift}}
+                "shift_means": {part: shift_summary(r, self.evaluation.seen_in_training)
+                                for part, r in self.evaluation.posteriors.items() if r.shift}}
 
 
-def shift_summary(result: PosteriorResult) -> dict:
-    """A posterior's figures over the corruptions: mean refused, mean and worst share answered wrong
-    (and where), on how many at most 1% is answered wrong, on how many the alarm sounded within
-    ``ALARM_WITHIN`` inputs (None: no alarm reference), and the mean refused and answered wrong by
-    the certified rule alone, the after-alarm rule not acting (None: no alarm reference)."""
-    shift = result.shift
+def shift_summary(result: PosteriorResult, seen: tuple[str, ...] = ()) -> dict:
+    """A posterior's figures over the corruptions not ``seen`` in training (its run's augmentation
+    covers those: their mean refused and answered wrong are given apart): mean refused, mean and worst
+    share answered wrong (and where), on how many at most 1% is answered wrong, on how many the alarm
+    sounded within ``ALARM_WITHIN`` inputs (None: no alarm reference), and the mean refused and
+    answered wrong by the certified rule alone, the after-alarm rule not acting (None: no alarm reference)."""
+    shift = {name: r for name, r in result.shift.items() if name not in seen}
+    apart = [r for name, r in result.shift.items() if name in seen]
     worst = max(shift, key=lambda c: shift[c].wrong)
     alarms = [r.alarm for r in shift.values()]
     split = [r.by_alarm for r in shift.values()]
@@ -130,7 +133,9 @@ def shift_summary(result: PosteriorResult) -> dict:
             "at_most_1pct_wrong": sum(r.wrong <= 0.01 for r in shift.values()),
             "alarm_within": None if None in alarms else sum(
                 a.alarm_at is not None and a.alarm_at <= ALARM_WITHIN for a in alarms),
-            "clean_alarm_at": result.test.alarm and result.test.alarm.alarm_at}
+            "clean_alarm_at": result.test.alarm and result.test.alarm.alarm_at,
+            "seen_in_training": {"corruptions": [name for name in result.shift if name in seen],
+                                 "refused": _mean([r.refused for r in apart]), "wrong": _mean([r.wrong for r in apart])}}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -208,18 +213,22 @@ def shift_table(runs: dict[str, ScoredRun]) -> str:
     rows = {label: (run, r) for label, (run, _, r) in ladder_rows(runs).items() if r.shift}
     if not rows:
         return ""
-    lines = ["| posterior | corruptions | refused (mean; the certified rule alone) | answered wrong (mean; the "
-             "certified rule alone) | worst wrong | at most 1% wrong on | "
-             f"alarm within {ALARM_WITHIN} on | alarm on clean test |", "|" + " --- |" * 8]
+    lines = ["| posterior | corruptions not seen in training | refused (mean; the certified rule alone) | answered "
+             "wrong (mean; the certified rule alone) | worst wrong | at most 1% wrong on | "
+             f"alarm within {ALARM_WITHIN} on | alarm on clean test | seen in training: refused / wrong (mean) |",
+             "|" + " --- |" * 9]
     for label, (run, r) in rows.items():
-        s = shift_summary(r)
+        s = shift_summary(r, run.evaluation.seen_in_training)
         clean = "n/a" if r.test.alarm is None else "none" if s["clean_alarm_at"] is None else f"at {s['clean_alarm_at']}"
         within = "n/a" if s["alarm_within"] is None else f"{s['alarm_within']} of {s['corruptions']}"
+        seen = s["seen_in_training"]
+        apart = (f"{len(seen['corruptions'])}: {_cell(seen['refused'], True)} / {_cell(seen['wrong'], True)}"
+                 if seen["corruptions"] else "none")
         lines.append(f"| {label} | {s['corruptions']} | {_cell(s['refused'], True)} "
                      f"({_cell(s['refused_alone'], True)}) | {_cell(s['wrong'], True)} "
                      f"({_cell(s['wrong_alone'], True)}) | "
                      f"{_cell(s['worst_wrong'], True)} ({s['worst']}) | {s['at_most_1pct_wrong']} of {s['corruptions']} | "
-                     f"{within} | {clean} |")
+                     f"{within} | {clean} | {apart} |")
     for name, run in runs.items():
         results = {part: r for part, r in run.evaluation.posteriors.items() if r.shift}
         if not results:
@@ -235,7 +244,8 @@ def shift_table(runs: dict[str, ScoredRun]) -> str:
                 c = r.shift[corruption]
                 at = "n/a" if c.alarm is None else "none" if c.alarm.alarm_at is None else str(c.alarm.alarm_at)
                 cells.append(f"{_cell(c.refused, True)} / {_cell(c.wrong, True)} / {at}")
-            lines.append(f"| {corruption} | " + " | ".join(cells) + " |")
+            seen = " (seen in training)" if corruption in run.evaluation.seen_in_training else ""
+            lines.append(f"| {corruption}{seen} | " + " | ".join(cells) + " |")
         lines += before_after_table(name, results)
     return "\n".join(lines)
 

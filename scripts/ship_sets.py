@@ -1,11 +1,9 @@
-"""Give shipped posteriors their conformal prediction sets, their temperature-scaled twin, their
-shift alarm's reference and their after-alarm rules, keeping everything else of their files
-(weights, the rules they shipped with): each posterior's sets, certified on the shipped config's
-validation split at its abstention.alpha with its abstention.set_score, the certifying inputs'
-scores the alarm compares with (``bnn_zoo.abstain.shift``), and the scaled twin's temperature,
-rule and sets, all from the draws certification makes (``certify_trained``: seed 0,
-abstention.samples). Prints each set's threshold and what it does on validation. ``--alarm-only``
-adds the alarm's references and keeps the rest as it shipped; ``--after-alarm-only`` adds the
+"""Give shipped posteriors their conformal prediction sets, their temperature-scaled twin and their
+after-alarm rules, keeping everything else of their files (weights, the rules they shipped with):
+each posterior's sets, certified on the shipped config's validation split at its abstention.alpha
+with its abstention.set_score, and the scaled twin's temperature, rule and sets, all from the draws
+certification makes (``certify_trained``: seed 0, abstention.samples). Prints each set's threshold
+and what it does on validation. ``--after-alarm-only`` adds the
 after-alarm rule (``bnn_zoo.abstain.after_alarm``) beside each rule the file holds, certified nested
 in that rule on the same split and draws, at its risk and delta (a density gate's from the cuts and
 scores certification gives it), and keeps the rest as it shipped. Every file it writes holds no
@@ -16,7 +14,7 @@ stay as they were).
 ``--recertify`` certifies everything again on the shipped weights, as ``python -m bnn_zoo.certify``
 certifies a run, its config changed first by ``--override KEY=VALUE``.
 
-Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR] [--alarm-only | --after-alarm-only]
+Usage: python scripts/ship_sets.py lenet mnist_mlp lenet_fashion [--data-root DIR] [--after-alarm-only]
        python scripts/ship_sets.py lenet --recertify --override data.remade=true
        python scripts/ship_sets.py --portable      # every shipped posterior (or those named)
 """
@@ -29,17 +27,18 @@ from bnn_zoo.cli import options as cli
 from bnn_zoo.cli.certify import after_alarm_entry, after_alarm_line, certify_trained, validation_set
 from bnn_zoo.core.predictive import seeded
 from bnn_zoo.posterior import KINDS, TWIN_SCALED, certifying
-from bnn_zoo.runs.checkpoint import config_dict, read, save_atomic, stored_config
+from bnn_zoo.runs.checkpoint import read, save_atomic, stored_beside, stored_config
 from bnn_zoo.runs.config import make_config
 from bnn_zoo.runs.loading import SHIPPED, load, shipped_names
+from bnn_zoo.runs.plan import Plan
 from bnn_zoo.runs.portable import make_portable, portable
 from bnn_zoo.runs.trained import posteriors, sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)
-def ship_sets(name: str, data_root: str | None = None, seed: int = 0, alarm_only: bool = False) -> dict:
-    """Certify ``name``'s sets (and its scaled twin) and write them into its file with the alarm's
-    references (``alarm_only``: those alone); returns {part: (sets, validation coverage, size)}."""
+def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
+    """Certify ``name``'s sets (and its scaled twin) and write them into its file; returns {part:
+    (sets, validation coverage, size)}."""
     trained = load(name)  # a shipped name is the shipped posterior, whatever folder is here
     a = trained.config.abstention
     x, labels = validation_set(trained, data_root)
@@ -47,16 +46,12 @@ def ship_sets(name: str, data_root: str | None = None, seed: int = 0, alarm_only
                                 a.samples, a.alpha, a.set_score, seed)
     path = SHIPPED / f"{name}.pt"
     state = read(path)
-    if not alarm_only:
-        state["calibration"].pop(TWIN_SCALED, None)  # a scaled twin shipped before goes with its temperature
+    state["calibration"].pop(TWIN_SCALED, None)  # a scaled twin shipped before goes with its temperature
     for part, entry in certified.items():
-        if alarm_only:
-            if part in state["calibration"]:
-                state["calibration"][part]["alarm"] = entry["alarm"]
-        elif part == TWIN_SCALED:
+        if part == TWIN_SCALED:
             state["calibration"][part] = entry
         else:
-            state["calibration"].setdefault(part, {}).update(sets=entry["sets"], alarm=entry["alarm"])
+            state["calibration"].setdefault(part, {}).update(sets=entry["sets"])
     save_atomic({**state, "config": portable(state["config"])}, path)
     trained = load(name)
     with seeded(seed):
@@ -67,25 +62,30 @@ def ship_sets(name: str, data_root: str | None = None, seed: int = 0, alarm_only
 @pyro.settings.context(module_local_params=True)
 def recertify(name: str, data_root: str | None = None, overrides: list[str] | None = None, seed: int = 0) -> dict:
     """Certify ``name`` again on its shipped weights as certification certifies a run
-    (``certify_trained``: each rule, its after-alarm rule, sets, alarm reference, the scaled twin's
+    (``certify_trained``: each rule, its after-alarm rule, sets, the scaled twin's
     temperature), its config first changed by ``overrides`` (KEY=VALUE, as train takes them:
-    data.remade=true), and write it all into its file, its weights kept; returns the entries."""
+    data.remade=true; the networks must stay those the weights fit), and write it all into its file
+    once, whole, its weights kept, after all of it succeeded; returns the entries."""
     path = SHIPPED / f"{name}.pt"
     state = read(path)
     if any(entry.get("rule", {}).get("signal") == DENSITY for entry in state["calibration"].values()
            if isinstance(entry, dict)):
         raise ValueError(f"{name}'s twin gates on its feature density, which --recertify does not fit again: "
                          "certify its run (python -m bnn_zoo.certify RUN_DIR --twin-signal feature_density) and ship it")
-    if overrides:
-        save_atomic({**state, "config": portable(config_dict(make_config(stored_config(state, path), overrides)))}, path)
     trained = load(name)
+    config = make_config(stored_config(state, path), overrides) if overrides else trained.config
+    if Plan.of(config).networks != Plan.of(trained.config).networks:
+        raise ValueError(f"--override {' '.join(overrides)} changes the networks {name}'s weights fit; override only "
+                         "how inputs are read and certified")
+    for held in (trained, *trained.members):  # the file as it will be, in memory: nothing written until all succeeded
+        held.config = config
     a = trained.config.abstention
     x, labels = validation_set(trained, data_root)
     certified = certify_trained(trained, x, labels, a.risk, a.delta, a.max_refusal, a.signal, a.quantile, a.samples,
                                 a.alpha, a.set_score, seed, a.after_alarm_refusal, a.after_alarm_quantile)
-    state = read(path)
     kept = {key: entry for key, entry in state["calibration"].items() if key not in KINDS}  # the weights it certified
-    save_atomic({**state, "calibration": {**kept, **certified}}, path)
+    config = portable(Plan.of(config, stored_beside(state, path)).stored()) if overrides else state["config"]
+    save_atomic({**state, "config": config, "calibration": {**kept, **certified}}, path)
     return certified
 
 
@@ -132,10 +132,9 @@ def main(argv=None) -> int:
                         help=f"shipped posteriors: {', '.join(shipped_names())} (default: every one)")
     parser.add_argument("--data-root", default=None, help="the data folder (default $BNN_ZOO_DATA, then ./data)")
     only = parser.add_mutually_exclusive_group()
-    only.add_argument("--alarm-only", action="store_true", help="add the shift alarm's references alone")
     only.add_argument("--after-alarm-only", action="store_true", help="add the after-alarm rules alone")
     only.add_argument("--recertify", action="store_true",
-                      help="certify every rule, after-alarm rule, set and reference again on the shipped weights")
+                      help="certify every rule, after-alarm rule and set again on the shipped weights")
     parser.add_argument("--override", nargs="+", default=[], metavar="KEY=VALUE",
                         help="with --recertify: change the shipped config first (data.remade=true)")
     only.add_argument("--portable", action="store_true",
@@ -167,7 +166,7 @@ def main(argv=None) -> int:
                 for part, entry in ship_after_alarm(name, args.data_root).items():
                     print(f"{name} {part}{after_alarm_line(entry)}")
                 continue
-            for part, (sets, coverage, size) in ship_sets(name, args.data_root, alarm_only=args.alarm_only).items():
+            for part, (sets, coverage, size) in ship_sets(name, args.data_root).items():
                 print(f"{name} {part}: {sets.score} score <= {sets.threshold:.4g} at {1 - sets.alpha:.0%} "
                       f"({sets.n} validation inputs: coverage {coverage:.2%}, mean size {size:.3f})")
         return 0

@@ -1,12 +1,16 @@
 """Helpers the tests of several folders share: IDX files written, small file systems mounted, the
-scripts loaded as modules.
+scripts loaded as modules, a malformed image, the page served on a free port.
 
-Usage: ``from helpers import load_script, tmpfs, write_idx``
+Usage: ``from helpers import load_script, malformed_tiff, running, tmpfs, write_idx``
 """
 import gzip
 import importlib.util
+import socket
+import struct
 import subprocess
 import sys
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,6 +37,21 @@ def write_idx(path, tensor: torch.Tensor, gz: bool = False):
     raw = header + tensor.to(torch.uint8).numpy().tobytes()
     with (gzip.open if gz else open)(path, "wb") as f:
         f.write(raw)
+
+
+def malformed_tiff(side: int = 28) -> bytes:
+    """A small gray TIFF whose StripOffsets tag (273) is typed SRATIONAL (10), not LONG: Pillow opens
+    it and fails inside its decoder with a TypeError (issue 47), not the OSError of a broken file."""
+    tags = [(256, 3, side), (257, 3, side), (258, 3, 8), (259, 3, 1), (262, 3, 1), (273, 10, None), (277, 3, 1),
+            (278, 3, side), (279, 4, side * side)]  # width, height, bits, no compression, black is 0, ...
+    ifd = 8
+    rational = ifd + 2 + 12 * len(tags) + 4  # the SRATIONAL's two numbers, after the directory
+    pixels = rational + 8
+    out = struct.pack("<2sHIH", b"II", 42, ifd, len(tags))
+    for tag, kind, value in tags:
+        out += struct.pack("<HHI", tag, kind, 1) + (struct.pack("<I", rational) if kind == 10 else
+                                                    struct.pack("<HH", value, 0) if kind == 3 else struct.pack("<I", value))
+    return out + struct.pack("<I", 0) + struct.pack("<ii", pixels, 1) + bytes(i % 256 for i in range(side * side))
 
 
 @contextmanager
@@ -71,3 +90,33 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextmanager
+def running(app, **limits):
+    """``app`` served as the command line serves it (``bnn_zoo.page.guard.server``), on a free port, in
+    a thread: the uvicorn server and the port."""
+    from bnn_zoo.page.guard import server
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    served = server(app, **limits)
+    thread = threading.Thread(target=served.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        end = time.monotonic() + 30
+        while not served.started and thread.is_alive() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert served.started, "the server did not start"
+        yield served, sock.getsockname()[1]
+    finally:
+        served.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection."""
+    found = b""
+    while chunk := sock.recv(4096):
+        found += chunk
+    return found

@@ -187,3 +187,18 @@ def test_an_old_name_is_noticed_once_a_process_not_at_every_use(nothing_said, ca
     for _ in range(3):
         assert make_config({"arch": "lenet"}, ["abstention.calibrate=false"]).abstention.certify is False
     assert capsys.readouterr().err == "note: abstention.calibrate is now abstention.certify\n"
+
+
+def test_the_from_import_form_of_an_old_name_warns_too(nothing_said):
+    """Issue 47: ``from bnn_zoo import SplitELBO`` never warned under pytest: the notice, once a
+    process, had gone to an earlier use whose warning a filter dropped (the import system's probe of
+    the module's __getattr__ is one more use). Once for each place that uses it, at that place."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore")
+        assert bnn_zoo.SplitELBO is bnn_zoo.TraceKL_ELBO  # elsewhere, its warning filtered away
+        warnings.simplefilter("always")
+        from bnn_zoo import SplitELBO
+        line = sys._getframe().f_lineno - 1
+    assert SplitELBO is bnn_zoo.TraceKL_ELBO
+    assert [(str(w.message), w.filename, w.lineno) for w in caught] == [
+        ("bnn_zoo.SplitELBO is now bnn_zoo.TraceKL_ELBO", __file__, line)]  # one warning: the probe and the import

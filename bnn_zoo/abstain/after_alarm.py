@@ -14,7 +14,7 @@ the rule, the alarm and the after-alarm rule.
 Usage::
 
     after = after_alarm_rule(val_probs, val_labels, certified.rule, risk=0.01, delta=0.05)
-    stream = Stream(certified.rule, ShiftAlarm.of(entry["alarm"]), after.rule)
+    stream = Stream(certified.rule, ShiftAlarm.of(entry), after.rule)   # entry: calibration.json's "bayes", say
     answered = stream.decide(probs)          # [S, N, C], the next inputs in the order they came
     answered.decision.refused, answered.after_alarm, stream.describe()
 """
@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from ..core.errors import show
 from .certify import THRESHOLDS, Calibration, NotCertified, certified_rules, check_settings, p_values, rule_counts
 from .rule import Decision, Rule
 from .shift import ShiftAlarm
@@ -60,6 +61,29 @@ def after_alarm_rule(probs: torch.Tensor, labels: torch.Tensor, rule: Rule, risk
         "size": len(labels), "refused": float(refused[i]), "errors": int(errors[i, 0]),
         "risk": int(errors[i, 0]) / max(int(n[i, 0]), 1), "p_value": float(p_value[i]), "level": delta,
         "candidates": len(thresholds), "certified": int(certified.sum()), "max_refusal_met": bool(within.any())})
+
+
+def check_after_alarm(entry: dict) -> None:
+    """A posterior's calibration.json entry as bnn-zoo writes it beside its certified rule (its rules
+    read as rules): no ``after_alarm``, or one that says why none is certified, or one whose rule
+    tightens the certified one as ``after_alarm_rule`` chooses it (its gate and cut kept, its
+    quantile no higher, its threshold no lower: it answers no input the rule refuses); else a
+    ValueError that says what is wrong."""
+    after = entry.get("after_alarm", {"error": ""})
+    if "rule" not in after:
+        if not isinstance(after.get("error"), str):
+            raise ValueError(f"its after-alarm entry holds neither a rule nor why none is certified ({show(after)})")
+        return
+    if "rule" not in entry:
+        raise ValueError("it holds an after-alarm rule but no certified rule for it to tighten")
+    rule, strict = Rule.from_dict(entry["rule"]), Rule.from_dict(after["rule"])
+    looser = [what for what, loose in (("a lower threshold", strict.threshold < rule.threshold),
+                                       ("a higher quantile", strict.quantile > rule.quantile),
+                                       ("another gate", strict.signal != rule.signal),
+                                       ("another cut", strict.cut != rule.cut)) if loose]
+    if looser:
+        raise ValueError(f"its after-alarm rule ({strict.in_words()}) does not tighten its rule ({rule.in_words()}): "
+                         f"it has {' and '.join(looser)}")
 
 
 @dataclass
@@ -116,7 +140,7 @@ class Stream:
         n, self.asked_rule = probs.shape[1], rule is not None
         seen = self.alarm.seen if self.alarm is not None else 0
         if self.alarm is not None and not again:
-            self.alarm.observe(probs)
+            self.alarm.observe(probs, density)
         first = seen - n + 1 if again else seen + 1
         position = torch.arange(first, first + n, device=probs.device)
         at = self.alarm.alarm_at if self.alarm is not None else None

@@ -35,7 +35,6 @@ from ..abstain.conformal import SCORES as SET_SCORES
 from ..abstain.conformal import calibrate_sets
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..abstain.rule import DENSITY, SIGNALS, Rule
-from ..abstain.shift import reference as alarm_reference
 from ..abstain.temperature import fit_temperature
 from ..core.errors import ConfigError
 from ..core.likelihoods import Categorical
@@ -90,8 +89,7 @@ def certify_and_store(trained: Trained, run_dir: str | Path, risk: float, delta:
         x_train, y_train = run_split(trained.config.data, "train", data_root, DENSITY_INPUTS)
         entry, density = certify_density_gate(trained, x_train.to(trained.device), y_train, x, labels, risk, delta,
                                               max_refusal, quantile, *after)
-        kept = {k: certified[TWIN][k] for k in ("sets", "alarm")}  # its sets and alarm stay; the rule is the gated one
-        certified[TWIN] = {**kept, **entry}
+        certified[TWIN] = {"sets": certified[TWIN]["sets"], **entry}  # its sets stay; the rule is the gated one
         if density is not None:
             save_atomic({"densities": {TWIN: density.state()}}, Path(run_dir) / DENSITIES)
     write_atomic(Path(run_dir) / CALIBRATION, json.dumps(certified, indent=2))
@@ -130,8 +128,7 @@ def certify_trained(trained: Trained, x: torch.Tensor, labels: torch.Tensor, ris
                 probs, y, calibration.rule, risk, delta, after_alarm_refusal, after_alarm_quantile)}
         except NotCertified as err:
             certified[part] = not_certified(err, risk, delta)
-        certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets,
-                               alarm=alarm_reference(probs))
+        certified[part].update(smallest_risk=smallest_risk(probs, y, delta, quantile, gate), **sets)
     if TWIN_SCALED in sampled:
         certified[TWIN_SCALED].update(temperature=trained.temperature, temperature_inputs=fit.stop)
     return {part: certified[part] for part in KINDS if part in certified}

@@ -11,7 +11,8 @@ whether they still look like the inputs the guarantee was certified on, and from
 sounds it on the answers are held to the stricter after-alarm rule (``bnn_zoo.abstain.after_alarm``;
 --no-act-on-alarm: the certified rule alone). Given two inputs or more, a last line says so in plain
 words (on stderr with --json, whose "alarm" holds it with its figures). --json prints
-{"answers": [...], "errors": [...], "alarm": ...}; each answer says whether it came after the alarm.
+{"answers": [...], "errors": [...], "alarm": ...}; each answer says whether it came after the alarm,
+and a refusal why, in figures ("mutual information 1.2 bits > 0.464", as the page says it).
 A file that cannot be read is named on stderr (error: FILE: why) and the others are answered; the
 exit code is then 2. --verbose first prints the rule that answers.
 """
@@ -26,7 +27,7 @@ from typing import Callable
 import pyro
 import torch
 
-from ..abstain.after_alarm import AFTER_ALARM_RULE, Stream
+from ..abstain.after_alarm import Stream
 from ..abstain.rule import SIGNALS, uncertainty
 from ..core.errors import ConfigError, DataError
 from ..core.likelihoods import Categorical
@@ -34,6 +35,7 @@ from ..data.images import load_image
 from ..data.inputs import class_names, image_input
 from ..data.own import ROWS, read_rows
 from ..data.sets import normalize, profile_of
+from ..evaluation.refusals import why_refused
 from ..evaluation.set_answers import answering_sets, no_rule_line, set_decision
 from ..posterior import KINDS
 from ..runs.checks import pick_device
@@ -83,7 +85,7 @@ def _answer(args) -> int:
     answers, errors, inputs, rows = [], [], [], trained.config.data.name in ROWS
     for path in args.images:
         try:
-            x, resized_from = _inputs(trained.config, path, args)
+            x, resized_from = _inputs(trained.data, path, args)
             inputs.append(x)
             answers += [{"file": f"{path}:{i + 1}" if rows else path} for i in range(len(x))]
             if resized_from:  # an image of another size than the run's: say so
@@ -116,13 +118,16 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     gate = gate_density(rule, trained, args.posterior, posterior, x)
     answering = ((lambda p, density: set_decision(in_sets, p)) if by_sets else
                  None if args.rule == "calibrated" else rule)  # None: the certified rule, after the alarm both
-    stream = trained.stream(args.posterior, args.act_on_alarm, args.seed, answer=answering)
+    stream = trained.stream(args.posterior, args.act_on_alarm, answer=answering)
     answered = stream.decide(probs, gate)
     scores = uncertainty(probs, rule.quantile)
+    coverage = None if sets is None else 1 - sets.alpha
     for i, answer in enumerate(good):
         answer.update(answered.describe(i))
         answer["label"] = None if answer["answer"] is None else names[answer["answer"]]
         answer["uncertainty_bits"] = {k: round(float(scores[k][i]), 6) for k in SIGNALS}
+        answer["why"] = "; ".join(why_refused(answer["refused_by"], rule, {k: float(scores[k][i]) for k in SIGNALS},
+                                              None if gate is None else float(gate[i]), coverage, stream.after_alarm))
         if in_sets is not None and (answer["answer"] is not None or by_sets):  # refused, or answered with a set
             answer["set"] = {"classes": in_sets[i], "coverage": 1 - sets.alpha}
         if by_sets:
@@ -149,9 +154,7 @@ def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -
     resized = (f" (resized from {answer['resized_from'][1]}x{answer['resized_from'][0]} to the run's "
                f"{input_shape[2]}x{input_shape[1]})") if "resized_from" in answer else ""
     if answer["answer"] is None:
-        held = f"its {answer['set']['coverage']:.0%} set holds every class" if "set" in answer else \
-            f"refused by {' and '.join(answer['refused_by'])}".replace(AFTER_ALARM_RULE, "the after-alarm rule")
-        return f"I don't know ({held}){resized}"
+        return f"I don't know ({answer['why']}){resized}"
     in_set = f"; {answer['set']['coverage']:.0%} set {{{', '.join(names[c] for c in answer['set']['classes'])}}}" \
         if "set" in answer else ""
     return ", ".join(f"{names[c]} ({p:.2f})" for c, p in answer["accepted"].items()) + in_set + resized
@@ -193,14 +196,15 @@ def _report(answers: list[dict], errors: list[dict], stream: Stream | None, args
     return 2 if errors else 0
 
 
-def _inputs(cfg, path: str, args) -> tuple[torch.Tensor, list[int] | None]:
-    """One file's inputs as the run's network sees them: an image (a MNIST run reads it as MNIST's
-    digits were drawn, a folder run at its size and channels), or the rows of a CSV or tensor file;
-    and the image's own size [height, width] where a folder run resized it (else None)."""
-    if cfg.data.name in ROWS:
-        return profile_of(cfg.data).normalize(read_rows(cfg.data, Path(path))), None
-    if profile_of(cfg.data) is not None:
-        return image_input(cfg.data, Path(path))
+def _inputs(data, path: str, args) -> tuple[torch.Tensor, list[int] | None]:
+    """One file's inputs as the run's network sees them (``data``: its typed data section,
+    ``Trained.data``): an image (a MNIST run reads it as MNIST's digits were drawn, a folder run at
+    its size and channels), or the rows of a CSV or tensor file; and the image's own size [height,
+    width] where a folder run resized it (else None)."""
+    if data.name in ROWS:
+        return profile_of(data).normalize(read_rows(data, Path(path))), None
+    if profile_of(data) is not None:
+        return image_input(data, Path(path))
     return normalize(load_image(path, args.invert, args.centre)[None]), None
 
 

@@ -35,6 +35,7 @@ from ..core.captured_step import DESCRIBED
 from ..core.network_names import imports_beside_you
 from ..core.nuts import nuts_posterior
 from ..core.predictive import predict
+from ..data.augment import Augment
 from ..data.inputs import class_names
 from ..data.own import OWN_DATA
 from ..data.sets import TOY_FUNCTIONS, Splits, load_splits
@@ -42,7 +43,7 @@ from ..evaluation import plots
 from ..evaluation.baseline import mark_no_better
 from ..evaluation.toy_plot import plot_toy
 from ..posterior import KINDS, held_part
-from ..runs.checkpoint import config_dict, replace_config, save_atomic
+from ..runs.checkpoint import config_dict, replace_config, save_atomic, stored_beside
 from ..runs.checks import check_fitted_kinds, check_network_fits, pick_device
 from ..runs.compile_cache import compile_cache, described
 from ..runs.config import make_config, resolved, with_profile
@@ -51,7 +52,7 @@ from ..runs.factory import build_networks, build_twin
 from ..runs.fits import Fit, read_fits, write_fits
 from ..runs.loop import format_figures, prefixed, train_phase
 from ..runs.phases import BayesPhase, TwinPhase
-from ..runs.plan import Plan
+from ..runs.plan import Plan, held_beside
 from ..runs.ranks import Ranks
 from ..runs.resume import config_for_run, posteriors_kept, read_for_resume
 from ..runs.run_dir import Run
@@ -85,15 +86,17 @@ def train(cfg: DictConfig) -> dict:
     ranks.check(plan.train.members, plan.infer)
     device = ranks.device(pick_device(plan.device))
     run = Run(plan.run_dir)
-    with ranks.joined(device), compile_cache(plan.train.compile_cache), ExitStack() as held:
+    # the compile cache checked before the run directory is claimed: a folder refused leaves nothing behind
+    with ranks.joined(device), compile_cache(plan.train.compile_cache, ranks.said(log)), ExitStack() as held:
         ranks.on_main(lambda: held.enter_context(run.claim(plan.overwrite, resuming=bool(plan.resume))))
         stored = read_for_resume(cfg, run.checkpoint, device) if plan.resume else None
-        if stored:  # what the run holds, and what this command adds or drops
+        if stored:  # what the run holds, and what this command adds or drops; its own data's columns checked
             cfg = posteriors_kept(cfg, stored, run.fitted)
+            plan = Plan.of(cfg, stored_beside(stored, run.checkpoint))
         pyro.set_rng_seed(plan.seed)  # python, numpy and torch
         splits = ranks.first(lambda: load_splits(plan.data, plan.categorical, plan.seed, device))  # before the old run goes
         # your own data's shape, classes and statistics, for the checkpoint, checked before the run directory is touched
-        plan = Plan.of(make_config(with_profile(cfg, splits)))
+        plan = Plan.of(make_config(with_profile(cfg, splits)), held_beside(splits.profile))
         if plan.data.name in OWN_DATA:
             check_network_fits(plan)
         check_fitted_kinds(plan, len(splits.train))  # before the first epoch, not after the run
@@ -108,7 +111,7 @@ def train(cfg: DictConfig) -> dict:
                 "says otherwise)")
         log(f"{plan.arch} on {plan.data.name} ({len(splits.train)} training examples), device {device}, "
             f"guide {plan.networks.model.guide}, run directory {run.dir}{ranks}")
-        metrics = {"config": config_dict(plan.config), **train_network(plan, run, splits, device, stored, ranks)}
+        metrics = {"config": plan.stored(), **train_network(plan, run, splits, device, stored, ranks)}
         if members:
             metrics["members"] = [train_member(member, i, splits, device) for i, member in enumerate(members, 1)]
         if plan.infer == "nuts":
@@ -134,7 +137,7 @@ def train(cfg: DictConfig) -> dict:
 def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | None, ranks: Ranks = Ranks()) -> dict:
     """The phases of one network: the Bayesian network, then its twin (``train.twin``), on every
     rank of ``ranks``; only rank 0 logs."""
-    say, config = ranks.said(log), config_dict(plan.config)
+    say, config = ranks.said(log), plan.stored()
     with torch.random.fork_rng(devices=[]):  # the plain network's step, to weigh (the run's draws as they were)
         plain = build_twin(plan.networks)
     threads, why = step_threads(plan.train.threads, plain, plan.networks.recipe.input_shape,
@@ -146,10 +149,14 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
         f"; the training step: {DESCRIBED[bayes.capture]} ({bayes.capture_reason}); {why}")
-    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks), "kl_estimator": kl}}
+    augment = Augment.of(plan.augment, plan.data, plan.seed)
+    if augment is not None:
+        say(f"training images augmented ({plan.augment.describe()})")
+    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks, augment),
+                         "kl_estimator": kl}}
     if t.twin:
         twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint)
-        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks)
+        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks, augment)
     return results
 
 
@@ -160,7 +167,7 @@ def member_plan(plan: Plan, member: Run) -> Plan:
     started = member.checkpoint.is_file()
     return Plan.of(make_config(config_dict(plan.config), {
         "run_dir": str(member.dir), "resume": str(member.dir) if started else None, "overwrite": not started,
-        "train": {"members": 1, "posteriors": []}, "abstention": {"certify": False}}))
+        "train": {"members": 1, "posteriors": []}, "abstention": {"certify": False}}), held_beside(plan.data))
 
 
 def train_member(plan: Plan, index: int, splits: Splits, device) -> dict:
@@ -173,7 +180,7 @@ def train_member(plan: Plan, index: int, splits: Splits, device) -> dict:
         pyro.set_rng_seed(plan.seed + index)
         _begin(run, plan, stored)
         results = train_network(plan, run, splits, device, stored)
-        _finish(run, {"config": config_dict(plan.config), **results})
+        _finish(run, {"config": plan.stored(), **results})
     return {part: {k: v for k, v in figures.items() if k != "history"} for part, figures in results.items()}
 
 
@@ -183,7 +190,7 @@ def _begin(run: Run, plan: Plan, stored: dict | None) -> None:
     run.start(OmegaConf.to_yaml(plan.config), fresh=not plan.resume)
     for path in (run.checkpoint, run.twin_checkpoint) if stored else ():
         if path.is_file():
-            replace_config(path, plan.config)
+            replace_config(path, plan.stored())
 
 
 def _finish(run: Run, metrics: dict) -> None:
@@ -199,7 +206,7 @@ def run_hmc(plan: Plan, splits: Splits, run: Run) -> dict:
     samples, diagnostics = nuts_posterior(model, splits.train.x, splits.train.y, m.num_samples,
                                           m.warmup_steps, m.max_tree_depth, m.target_accept, plan.train.progress)
     test = model.likelihood.metrics(predict(model, samples, splits.test.x, None), splits.test.y)
-    save_atomic({"config": config_dict(plan.config), "samples": samples, "diagnostics": diagnostics}, run.hmc_samples)
+    save_atomic({"config": plan.stored(), "samples": samples, "diagnostics": diagnostics}, run.hmc_samples)
     log(f"hmc test ({m.num_samples} samples): {format_figures(test)}; {format_figures(diagnostics)}")
     return {**diagnostics, **prefixed("test", test)}
 

@@ -1,6 +1,6 @@
 """The errors a user can cause: each says what was wrong and how to fix it, and every command
 line turns it into one line on stderr and exit code 2 (``bnn_zoo.cli.options.run``); and the
-notices of names an earlier bnn-zoo used, each said once a process (``say_once``).
+notices of names an earlier bnn-zoo used, each said once (``say_once``).
 
 Usage: ``raise ConfigError("bad config key 'train.lr': must be positive, got -1")``
 """
@@ -11,7 +11,7 @@ import sys
 import warnings
 from typing import Any, Optional
 
-_SAID: set[str] = set()  # the notices this process has given
+_SAID: set = set()  # the notices this process has given (a warning's: with the place it pointed at)
 
 
 class UserError(Exception):
@@ -66,13 +66,30 @@ def said_elsewhere(err: Exception) -> Exception:
 
 
 def say_once(notice: str, category: Optional[type[Warning]] = None) -> None:
-    """Give ``notice`` (a renamed name: "note: X is now Y") the first time this process asks, and
-    never again: a line on stderr, or a warning of ``category`` (a DeprecationWarning for a name
-    of the library) pointing at the caller's caller."""
-    if notice in _SAID:
+    """Give ``notice`` (a renamed name: "note: X is now Y") once: a line on stderr the first time this
+    process asks; or a warning of ``category`` (a DeprecationWarning for a name of the library)
+    pointing at the caller's caller, the first time each place in the code asks. Once a place, not
+    once a process: ``from bnn_zoo import X`` has the import system probe the module's ``__getattr__``
+    before the import reads it (one place, one warning), and a warning filtered away at one use (a
+    test's filter, a tool's probe) would otherwise have silenced the name everywhere after it."""
+    key = notice if category is None else (notice, *_place(3))
+    if key in _SAID:
         return
-    _SAID.add(notice)
+    _SAID.add(key)
     if category is None:
         print(notice, file=sys.stderr)
     else:
         warnings.warn(notice, category, stacklevel=3)
+
+
+def _place(stacklevel: int) -> tuple[str, int]:
+    """The file and line ``warnings.warn(stacklevel=...)`` called from the caller points at: frames of
+    the import system are passed over, as warnings passes over them."""
+    frame = sys._getframe(1)
+    for _ in range(stacklevel - 1):
+        frame = frame.f_back
+        while frame is not None and "importlib" in frame.f_code.co_filename and "_bootstrap" in frame.f_code.co_filename:
+            frame = frame.f_back
+        if frame is None:
+            return "sys", 1
+    return frame.f_code.co_filename, frame.f_lineno

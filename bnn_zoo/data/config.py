@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 
+# The data keys as long as a run's inputs are wide: a table of 10,000 columns made them OmegaConf lists
+# of 10,000 nodes, merged and checked one by one at every config built (a minute to train, 56 s each
+# predict), so they stay out of the config's merges and travel beside it, typed.
+HELD_BESIDE = ("features", "mean", "std")
+
+
 @dataclass(frozen=True)
 class DataConfig:
     # mnist, fashion_mnist (classifiers), polynomial, sinusoid (toy_mlp), or your own (bnn_zoo.data.own):
@@ -27,7 +33,9 @@ class DataConfig:
     channels: int = 1
     target: Optional[str] = None  # csv: the target column (null: one named target/label/class/y, else the last)
     ood: Dict[str, str] = field(default_factory=dict)  # {name: folder of images} evaluate and the scoreboard score
-    # Measured on your own data's training split when a run starts (its DataProfile); its checkpoint answers without it
+    # Measured on your own data's training split when a run starts (its DataProfile); its checkpoint answers without it.
+    # The keys of HELD_BESIDE are held beside the config, not in it: on a plan's and a loaded run's typed data
+    # section (``Plan.data``, ``Trained.data``), and in the config its checkpoint and metrics.json store.
     input_shape: Optional[List[int]] = None
     classes: Optional[List[str]] = None
     features: Optional[List[str]] = None  # csv: the feature columns the network reads, in order
@@ -35,10 +43,10 @@ class DataConfig:
     std: Optional[List[float]] = None
     target_stats: Optional[List[float]] = None  # a regression's target mean and sd: its network learns them standardized
     digest: Optional[str] = None  # of every example: data changed since the run trained is refused
-    # MNIST's digits: answer each input from the reading the posterior is surer of, as given or remade as
+    # MNIST's digits: answer each input from the posterior over two readings of it, as given and remade as
     # MNIST's digits were made (bnn_zoo.data.images.remade: background to black, the ink fitted into
-    # 20x20 and centred by its mass): a shifted, rescaled or brightened digit reads as the digit it is.
-    # Twice the predictions; runs that trained before it existed read their inputs as given.
+    # 20x20 and centred by its mass), their predictive samples pooled (bnn_zoo.posterior.reading): where
+    # the readings disagree the answer is uncertain. Twice the predictions.
     remade: bool = False
     # Examples held out of the training set for validation and threshold calibration (null: 5000 of
     # MNIST's, a fifth of your own data's).

@@ -10,13 +10,14 @@ to black and their brightest ink to white, the ink fitted into 20x20 and centred
 once on the tensor: what a run with ``data.remade`` answers beside each input as given.
 
 Usage: ``pixels = load_image("digit.jpg")  # uint8 [28, 28]``; ``decode("cat.png", channels=3)``;
-``remade(images)  # uint8 [N, 28, 28]``
+``pixel_count("cat.png")  # from its header``; ``remade(images)  # uint8 [N, 28, 28]``
 """
 from __future__ import annotations
 
 import re
 import struct
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,11 +45,28 @@ def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
     before it is, EXIF orientation is applied, transparent pixels take the background that
     contrasts with the ink (a dark digit drawn on nothing gets white paper), 16-bit and
     floating-point pixels are scaled to 0..255. Raises ValueError with the reason when the file
-    cannot be read as such an image.
+    cannot be read as such an image, whatever the decoder raised (a malformed file fails in many ways).
 
     Usage: ``values = decode("cat.png", channels=3)  # float32 [3, H, W]``
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import ImageOps
+
+    with _opened(source) as img:
+        return _values(ImageOps.exif_transpose(img), channels)
+
+
+def pixel_count(source: str | Path | BinaryIO) -> int:
+    """How many pixels ``decode`` would decode (width x height), read from the file's header alone,
+    with ``decode``'s refusals: what a bound on the memory of decodes in flight weighs first."""
+    with _opened(source) as img:
+        return img.width * img.height
+
+
+@contextmanager
+def _opened(source: str | Path | BinaryIO):
+    """The image file opened by Pillow (a format of FORMATS, at most MAX_PIXELS), and whatever
+    fails while it is read, opened or decoded, as a ValueError that says why in a line."""
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
@@ -56,7 +74,7 @@ def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
             with Image.open(source, formats=list(FORMATS)) as img:
                 if img.width * img.height > MAX_PIXELS:
                     raise ValueError(_too_large(img.width * img.height))
-                return _values(ImageOps.exif_transpose(img), channels)
+                yield img
     except FileNotFoundError:
         raise ValueError("no such file") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:  # Pillow's own bound, past ours
@@ -66,7 +84,9 @@ def decode(source: str | Path | BinaryIO, channels: int = 1) -> torch.Tensor:
         refused = _other_format(source)
         raise ValueError(f"not an image format bnn-zoo reads ({refused}); {SEND}" if refused else
                          f"not a readable image; {SEND}") from None
-    except (OSError, SyntaxError) as err:
+    except ValueError:
+        raise  # ours, and Pillow's own, say why in a line
+    except Exception as err:  # noqa: BLE001 - any failure of a decoder (a malformed tag: TypeError) is the file's
         raise ValueError(f"not a readable image ({err.__class__.__name__})") from None
 
 
@@ -130,7 +150,7 @@ def remade(images: torch.Tensor) -> torch.Tensor:
     flat = images.float().flatten(1)
     background, top = flat.median(1).values[:, None], flat.max(1).values[:, None]
     x = ((flat - background) / (top - background).clamp_min(1) * 255).clamp(0, 255).round().view(n, side, side)
-    ink, at = x > INK_FLOOR, torch.arange(side)
+    ink, at = x > INK_FLOOR, torch.arange(side, device=images.device)
     rows, cols = ink.any(2), ink.any(1)
     first = lambda hit: torch.where(hit, at, side).min(1).values  # noqa: E731
     last = lambda hit: torch.where(hit, at, -1).max(1).values  # noqa: E731
@@ -145,8 +165,8 @@ def remade(images: torch.Tensor) -> torch.Tensor:
     # it lands on pixel 14, kept inside the frame (as centred does)
     cy = ((glyph.sum(2) * at).sum(1) / mass - top_row + 0.5) * scale - 0.5
     cx = ((glyph.sum(1) * at).sum(1) / mass - left + 0.5) * scale - 0.5
-    y0 = (14 - cy).round().clamp(min=torch.zeros(n), max=side - (height * scale).round())
-    x0 = (14 - cx).round().clamp(min=torch.zeros(n), max=side - (width * scale).round())
+    y0 = (14 - cy).round().clamp(min=torch.zeros_like(cy), max=side - (height * scale).round())
+    x0 = (14 - cx).round().clamp(min=torch.zeros_like(cx), max=side - (width * scale).round())
     centres = at.float() + 0.5  # each output pixel's centre, sampled from the glyph in the input's pixels
     ys = (top_row[:, None] + (centres - y0[:, None]) / scale[:, None]) / side * 2 - 1
     xs = (left[:, None] + (centres - x0[:, None]) / scale[:, None]) / side * 2 - 1

@@ -2,7 +2,8 @@
 and image files, normalized with MNIST's statistics or, for a run on your own data, its own; and
 what its classes are called.
 
-Each function takes the run's data section (``trained.config.data``, a plan's ``data``).
+Each function takes the run's typed data section (``trained.data``, a plan's ``data``), which holds
+its statistics beside its config (``HELD_BESIDE``); ``class_names`` takes the config's as well.
 
 Usage: ``x = image_inputs(data, [Path("new.png")], "new.png"); names = class_names(data)``;
 ``x, resized_from = image_input(data, Path("new.png"))  # its own [H, W] where it was resized``

@@ -265,8 +265,8 @@ def read_rows(data: DataConfig, path: Path) -> torch.Tensor:
 
 @dataclass
 class DataProfile:
-    """What a run learns from its own data, kept in its config (data.input_shape, data.classes,
-    data.features, data.target, data.mean, data.std, data.target_stats, data.digest): a table's
+    """What a run learns from its own data, kept in its config (data.input_shape, data.classes, data.target,
+    data.target_stats, data.digest) and beside it (data.features, data.mean, data.std: HELD_BESIDE): a table's
     target column (the one read where data.target was not given); normalization per channel
     of images, per feature of rows, and a regression's target mean and sd, from the training split;
     the digest of every example, so that data changed since (the held-out splits would move with

@@ -259,16 +259,18 @@ def _own_splits(data: DataConfig, categorical: bool) -> Splits:
         raise DataError(f"data.val_size={val_size} leaves no training examples (of {len(train.y)}): give a smaller one")
     train_idx, val_idx = validation_split(len(train.y), val_size)
     train_idx = train_idx[:d.train_limit] if d.train_limit else train_idx
-    found, stored = DataProfile.of(train.x[train_idx], train.y[train_idx], train, test), profile_of(d)
-    if stored is not None:  # the run's own statistics, for the data it trained on
-        if (stored.input_shape, stored.classes, stored.features) != (found.input_shape, found.classes, found.features):
+    found = DataProfile.of(train.x[train_idx], train.y[train_idx], train, test)
+    if d.input_shape is not None:  # the run's own data: the shapes, classes, columns and examples it trained on
+        shape, classes = list(d.input_shape), None if d.classes is None else list(d.classes)
+        columns = found.features if d.features is None else list(d.features)  # held beside the config, where given
+        if (shape, classes, columns) != (found.input_shape, found.classes, found.features):
             raise DataError(f"{d.path} now holds inputs {found.input_shape} of classes {found.classes}, where the run "
-                            f"trained on {stored.input_shape} of {stored.classes}: point data.path at that data")
-        if stored.digest != found.digest:
+                            f"trained on {shape} of {classes}: point data.path at that data")
+        if d.digest != found.digest:
             raise DataError(f"{d.path} holds other examples than the run trained on (added, removed or changed): its "
                             "validation and test splits would move onto training examples; point data.path at that "
                             "data, or train a new run")
-        found = stored
+        found = profile_of(d) if d.mean is not None else found  # its own statistics: the same examples give the same
     part = lambda ex, idx: TensorSet(found.normalize(ex.x[idx]), ex.y[idx])  # noqa: E731
     test_idx = torch.arange(len(test.y))[:d.test_limit]
     return Splits(part(train, train_idx), part(train, val_idx) if val_size else None, part(test, test_idx), found)
@@ -276,8 +278,12 @@ def _own_splits(data: DataConfig, categorical: bool) -> Splits:
 
 def profile_of(data: DataConfig) -> Optional[DataProfile]:
     """What a run on your own data found in its training split (None: MNIST's statistics, or a
-    run that has not begun)."""
-    if data.mean is None:
+    run that has not begun), from a typed data section that holds the keys its config holds beside
+    it (``HELD_BESIDE``: ``Plan.data``, ``Trained.data``); a ValueError from a config's own section."""
+    if data.input_shape is None:
         return None
+    if data.mean is None:
+        raise ValueError("this data section holds the run's shape but not its statistics, which its config holds "
+                         "beside it: read them from the run's typed section (trained.data, plan.data)")
     data = OmegaConf.to_container(data) if isinstance(data, DictConfig) else asdict(data)
     return DataProfile(**{f.name: data[f.name] for f in fields(DataProfile)})

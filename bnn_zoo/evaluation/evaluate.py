@@ -34,7 +34,7 @@ from ..runs.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
 from .split_fits import References, fit_references
-from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, streamed
+from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, seen_in_training, streamed
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -150,7 +150,8 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     for part, sets in by_sets.items():
         if sets is not None and part in results:
             results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
-    return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results)
+    return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results,
+                      seen_in_training(trained.config))
 
 
 def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,
@@ -179,20 +180,21 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
         in_probs[part], labels, answer[part], trained.sets.get(part), refs.sets.get(part),
         gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
     for part, result in results.items():
-        result.test.alarm = alarm_result(trained, part, in_probs[part], shift_size, seed)
+        result.test.alarm = alarm_result(trained, part, in_probs[part], shift_size, seed,
+                                         gate_density(rules[part], trained, part, rungs[part], x))
     skipped = {}
 
     def stream_of(part: str):
         """A fresh stream of ``part``'s answers: the after-alarm rule acts on the certified rule alone."""
         certified = (by_sets.get(part) is None and not trained.calibration_problem
                      and rules[part] == trained.rules.get(part))
-        return trained.stream(part, act_on_alarm, seed, answer=None if certified else answer[part])
+        return trained.stream(part, act_on_alarm, answer=None if certified else answer[part])
 
     for entry in ood:
         name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
         try:
             size = ood_size[name] if isinstance(ood_size, dict) else ood_size
-            x, pairs = ood_inputs(trained.config, entry, root, size, seed)
+            x, pairs = ood_inputs(trained.data, entry, root, size, seed)
             x = x.to(trained.device)
         except DataError as err:
             skipped[name] = str(err)
@@ -204,9 +206,9 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
             scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
             results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
-            result.alarm = alarm_result(trained, part, probs, shift_size, seed)
             unlabelled = torch.full((probs.shape[1],), -1, dtype=torch.long)  # refusals need no labels
-            result.refused_in_stream = streamed(stream_of(part), probs, unlabelled, gate, seed).refused
+            answered = streamed(stream_of(part), probs, unlabelled, gate, seed)  # the alarm's one run on the set
+            result.refused_in_stream, result.alarm = answered.refused, answered.alarm
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
     try:
@@ -229,13 +231,14 @@ def default_ood(cfg) -> tuple[str, ...]:
     return (*DEFAULT_OOD.get(cfg.data.name, ()), *(f"{name}={folder}" for name, folder in cfg.data.ood.items()))
 
 
-def ood_inputs(cfg, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """An OOD set as the run's network sees it, and the overlaid set's digit pairs: a named set
-    (``bnn_zoo.data.ood_sets``), or NAME=FOLDER, the first ``size`` images of a folder (and its subfolders)."""
+def ood_inputs(data, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An OOD set as the run's network sees it (``data``: its typed data section, ``Trained.data``), and the
+    overlaid set's digit pairs: a named set (``bnn_zoo.data.ood_sets``), or NAME=FOLDER, the first
+    ``size`` images of a folder (and its subfolders)."""
     name, _, folder = name.partition("=")
     if folder:
         files = image_files(Path(folder).expanduser())  # a seeded sample of them, not the first subfolder's
         chosen = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed))[:size].sort().values
-        return image_inputs(cfg.data, [files[i] for i in chosen], folder), None
+        return image_inputs(data, [files[i] for i in chosen], folder), None
     images, pairs = overlaid_digits(root, size, seed) if name == "overlaid" else (ood_images(name, root, size, seed), None)
-    return pixel_inputs(cfg.data, images), pairs
+    return pixel_inputs(data, images), pairs

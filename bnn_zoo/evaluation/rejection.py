@@ -79,7 +79,7 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
     labels = labels.to(device)
     out_dir = report_folder(run_dir, ood, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ood_x = pixel_inputs(trained.config.data, ood_images(ood, root, ood_size, seed)).to(device)
+    ood_x = pixel_inputs(trained.data, ood_images(ood, root, ood_size, seed)).to(device)
     with seeded(seed, device):
         in_probs = sampled_probs(trained, x.to(device), num_samples)
         ood_probs = sampled_probs(trained, ood_x, num_samples)

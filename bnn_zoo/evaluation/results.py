@@ -224,10 +224,14 @@ class Evaluation:
     test_size: int
     skipped: dict[str, str]
     posteriors: dict[str, PosteriorResult]
+    # The corruptions the run's declared augmentation showed it in training (bnn_zoo.data.augment.covered):
+    # reported apart, as seen in training, not as a shift
+    seen_in_training: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Evaluation":
-        return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()}})
+        return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()},
+                      "seen_in_training": tuple(d.get("seen_in_training", ()))})

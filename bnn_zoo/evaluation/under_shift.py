@@ -6,15 +6,18 @@ after-alarm rule), with the wrong answers before and after the alarm; and where 
 wrong, so that is the figure kept beside the refusals.
 
 Usage: ``figures = streamed(trained.stream("bayes"), probs, labels, gate, seed=0)``;
-``shifted(probs, labels, answer, gate)``; ``alarm_result(trained, "bayes", probs, seed=0)``
+``shifted(probs, labels, answer, gate)``; ``alarm_result(trained, "bayes", probs, seed=0)``;
+``seen_in_training(trained.config)  # ("translate", "rotate", ...): the corruptions its augmentation covers``
 """
 from __future__ import annotations
 
 import torch
+from omegaconf import OmegaConf
 
 from ..abstain.after_alarm import Stream
 from ..abstain.rule import Decision, Rule
 from ..core.errors import DataError
+from ..data.augment import AugmentConfig, covered
 from ..data.config import DataConfig
 from ..data.corruptions import CORRUPTIONS, corrupt
 from ..data.inputs import pixel_inputs
@@ -24,6 +27,13 @@ from .results import AlarmResult, BeforeAfter, ShiftResult
 from .set_answers import SetAnswer
 
 STREAM = 500  # inputs an alarm watches per set, and corrupted images per corruption
+
+
+def seen_in_training(config) -> tuple[str, ...]:
+    """The corruptions a run's declared augmentation (its config's ``augment`` section) showed it in
+    training: reported apart, as seen in training, not as a shift (none where it has no such section)."""
+    section = config.get("augment")
+    return covered(AugmentConfig(**OmegaConf.to_container(section))) if section else ()
 
 
 def default_shift(data: DataConfig) -> tuple[str, ...]:
@@ -92,13 +102,14 @@ def _wrong(decision: Decision, labels: torch.Tensor) -> torch.Tensor:
     return ~decision.refused & (decision.prediction != labels)
 
 
-def alarm_result(trained: Trained, part: str, probs: torch.Tensor, stream: int = STREAM,
-                 seed: int = 0) -> AlarmResult | None:
+def alarm_result(trained: Trained, part: str, probs: torch.Tensor, stream: int = STREAM, seed: int = 0,
+                 density: torch.Tensor | None = None) -> AlarmResult | None:
     """Where ``part``'s shift alarm sounds on a stream of at most ``stream`` of the inputs of
-    ``probs`` [S, N, C], taken in a seeded random order; None where the run holds no reference."""
-    alarm = trained.alarm(part, seed=seed)
+    ``probs`` [S, N, C] (``density``: their feature density scores, for a density gate), taken in a
+    seeded random order; None where the run holds no reference."""
+    alarm = trained.alarm(part)
     if alarm is None:
         return None
     order = torch.randperm(probs.shape[1], generator=torch.Generator().manual_seed(seed))[:stream]
-    alarm.observe(probs[:, order.to(probs.device)])
+    alarm.observe(probs[:, order.to(probs.device)], None if density is None else density[order.to(density.device)])
     return AlarmResult(alarm.seen, alarm.alarm_at, alarm.alpha)

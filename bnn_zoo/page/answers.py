@@ -17,15 +17,16 @@ from dataclasses import dataclass, field
 import pyro
 import torch
 
-from ..abstain.after_alarm import AFTER_ALARM_RULE, Stream, StreamDecision
+from ..abstain.after_alarm import Stream, StreamDecision
 from ..abstain.conformal import ConformalSets
-from ..abstain.rule import DENSITY, SIGNALS, Rule, uncertainty
+from ..abstain.rule import SIGNALS, Rule, uncertainty
 from ..core.errors import UserError
 from ..core.likelihoods import Categorical
 from ..core.predictive import seeded
 from ..data.inputs import class_names, pixel_inputs
 from ..data.sets import profile_of
-from ..evaluation.set_answers import SET_ANSWER, answering_sets, no_rule_line, set_decision
+from ..evaluation.refusals import why_refused
+from ..evaluation.set_answers import answering_sets, no_rule_line, set_decision
 from ..posterior import Posterior
 from ..runs.checks import pick_device
 from ..runs.loading import load, shipped_names
@@ -102,7 +103,7 @@ class Answerer:
                 if not isinstance(trained.model.likelihood, Categorical):
                     raise UserError(f"{name} is a regression run; the page classifies images")
                 trained.rules_for()  # a calibration of other weights is refused here, with the command that re-certifies
-                found = profile_of(trained.config.data)
+                found = profile_of(trained.data)
                 if found is not None and found.input_shape != [1, 28, 28]:
                     raise UserError(f"{name} reads inputs of shape {found.input_shape}; the page draws 28x28 gray "
                                     "images: answer its inputs with python -m bnn_zoo.predict")
@@ -132,7 +133,7 @@ class Answerer:
                          for part, r in certified.items()}
             except ValueError as err:
                 raise BadRequest(str(err)) from None
-            x = pixel_inputs(model.trained.config.data, pixels[None]).to(model.trained.device)
+            x = pixel_inputs(model.trained.data, pixels[None]).to(model.trained.device)
             with seeded(seed, model.trained.device):  # the same drawing gets the same answer, as with predict --seed
                 probs = model.bayes.predict(x, samples)
                 twin = model.twin.predict(x, samples) if model.twin is not None else None
@@ -195,18 +196,8 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Ten
         text = "I don't know"
     else:
         text = " or ".join(names) if len(names) > 1 else names[0]
-    reasons = []
-    if "quantile" in described["refused_by"]:
-        reasons.append(f"no class's {_quantile_name(rule.quantile)} probability reaches {rule.threshold:g}")
-    if rule.signal in described["refused_by"]:
-        value, unit = (gate, "nats") if rule.signal == DENSITY else (scores[rule.signal], "bits")
-        reasons.append(f"{rule.signal.replace('_', ' ')} {float(value[0]):.3g} {unit} > {rule.cut:.3g}")
-    if SET_ANSWER in described["refused_by"]:
-        reasons.append(f"its {1 - sets.alpha:.0%} conformal set holds every class")
-    if AFTER_ALARM_RULE in described["refused_by"]:
-        gated = f", {after_alarm.signal.replace('_', ' ')} <= {after_alarm.cut:.3g}" if after_alarm.signal else ""
-        reasons.append(f"since the shift alarm sounded, answers are held to the after-alarm rule (its "
-                       f"{_quantile_name(after_alarm.quantile)} probability >= {after_alarm.threshold:g}{gated})")
+    reasons = why_refused(described["refused_by"], rule, {k: float(scores[k][0]) for k in SIGNALS},
+                          None if gate is None else float(gate[0]), None if sets is None else 1 - sets.alpha, after_alarm)
     judged = {**described, "text": text, "why": "; ".join(reasons), "rule": shown.to_dict(),
               "quantiles": ruled.quantile_probs[0].cpu().tolist(),
               "uncertainty_bits": {k: round(float(scores[k][0]), 6) for k in SIGNALS}}
@@ -215,7 +206,3 @@ def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Ten
     if shift is not None:
         judged["shift"] = shift
     return judged
-
-
-def _quantile_name(q: float) -> str:
-    return "median" if q == 0.5 else f"{q:g} quantile of its sampled"

@@ -1,16 +1,29 @@
 """What keeps the local page's server to itself: it answers only the host names it listens on (a page
 elsewhere that rebinds its own name to this address is refused), its API answers only its own page
-(a page elsewhere cannot post to it), and slow or idle clients cannot hold its connections."""
+(a page elsewhere cannot post to it), slow or idle clients cannot hold its connections, large images
+are decoded one at a time (``DecodeLane``), and an error it answers with a 500 keeps the connection
+as a 400 does (``Contained``).
+
+Usage: ``Starlette(..., middleware=middleware(LOOPBACK, 10, 2 ** 20, on_error))``; ``server(app).run()``
+"""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Awaitable, Callable, TypeVar
 
 import uvicorn
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..core.errors import UserError
+
+T = TypeVar("T")
 
 LOOPBACK = ["127.0.0.1", "localhost", "[::1]"]
 WILDCARD = ("", "0.0.0.0", "::")
@@ -20,6 +33,10 @@ MAX_CONNECTIONS = 32  # open at once; a request past them gets 503
 # most clients send a body whole before they read the answer, and a socket closed with bytes unread
 # makes the kernel reset the connection, so the client saw "connection reset", not the 413.
 DISCARD = 10
+# Images of more pixels than this are decoded one at a time, in a thread of their own (DecodeLane):
+# 1 megapixel costs about 11 MB to decode, and 32 connections at the 25-megapixel bound 9 GB.
+DECODE_ALONE = 1_000_000
+DECODE_WAIT = 10.0  # seconds a large image waits for its turn, else 503
 
 
 def allowed_hosts(host: str) -> list[str]:
@@ -32,13 +49,77 @@ def allowed_hosts(host: str) -> list[str]:
     return [f"[{host}]" if ":" in host else host]
 
 
-def middleware(hosts: list[str], body_timeout: float, max_body: int) -> list[Middleware]:
-    """Refuse (400) a Host not in ``hosts`` (Starlette checks the name; a browser writes the port of
-    the address it reached, so ports are not checked), then requests from other sites (403), then a
+def middleware(hosts: list[str], body_timeout: float, max_body: int,
+               on_error: Callable[[Request, Exception], Awaitable[Response]]) -> list[Middleware]:
+    """Answer an exception with ``on_error``'s response, the connection kept (``Contained``); refuse
+    (400) a Host not in ``hosts`` (Starlette checks the name; a browser writes the port of the
+    address it reached, so ports are not checked), then requests from other sites (403), then a
     request whose body has not arrived whole within ``body_timeout`` seconds (408) or is over
     ``max_body`` bytes (413)."""
-    return [Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False), Middleware(SameOrigin),
+    return [Middleware(Contained, on_error=on_error),
+            Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False), Middleware(SameOrigin),
             Middleware(WholeBody, timeout=body_timeout, limit=max_body)]
+
+
+class Contained:
+    """Answers an exception of the app below with ``on_error``'s response (a 500 that says the log has
+    the details), the connection kept for the client's next request, as after a 400. Starlette's own
+    handler raises the exception again once it has answered, and uvicorn then closes the connection:
+    the client's next request on it failed. An exception after the answer began still reaches the
+    server, which can only close the connection then."""
+
+    def __init__(self, app, on_error: Callable[[Request, Exception], Awaitable[Response]]):
+        self.app, self.on_error = app, on_error
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as err:  # noqa: BLE001 - answered, and logged by on_error
+            if started:
+                raise
+            await (await self.on_error(Request(scope), err))(scope, receive, send)
+
+
+class Busy(UserError):
+    """The server is decoding other large images: answered 503, to be sent again."""
+
+    status = 503
+
+
+class DecodeLane:
+    """Where the page decodes images: one of more than ``alone`` pixels in a thread of its own, one at
+    a time, waiting at most ``wait`` seconds for its turn (else Busy: 503); a smaller one where its
+    request runs. A decoded pixel costs about 11 bytes on the way to 28x28 (a 31 KB PNG of 5000x4999
+    took 278 MB), so the decodes in flight hold one large image and the small ones; and the
+    allocator keeps a heap per thread, so large decodes spread over the worker threads, even one at
+    a time, each left its peak behind (issue 47: eight such PNGs at once took the server from 0.8
+    to 3.1 GB; in one lane, to 1.2 GB)."""
+
+    def __init__(self, alone: int = DECODE_ALONE, wait: float = DECODE_WAIT):
+        self.alone, self.wait = alone, wait
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix="bnn_zoo_decode")
+
+    def run(self, pixels: int, decode: Callable[[], T]) -> T:
+        """``decode()``, of an image of ``pixels`` pixels, where this lane decodes it."""
+        if pixels <= self.alone:
+            return decode()
+        job = self._lane.submit(decode)
+        try:
+            return job.result(timeout=self.wait)
+        except FutureTimeout:
+            if not job.cancel():  # its turn came meanwhile: it is decoding
+                return job.result()
+            raise Busy("the server is decoding other large images one at a time; send this one again in a moment, "
+                       "or a smaller one") from None
 
 
 class SameOrigin:

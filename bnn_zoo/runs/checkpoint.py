@@ -15,9 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..core.errors import CheckpointError, ConfigError
-from .checks import check_layout
+from ..data.config import HELD_BESIDE
+from ..data.own import name_problem
 from .config import renamed
 from .files import write_atomic
+from .layout import check_layout
 from .schema import Config
 from .trust_list import check_trusted
 
@@ -106,12 +108,12 @@ def save_twin(path: Path, cfg: DictConfig, run: str, epoch: int, net: nn.Module,
                  "optimizer": optimizer.state_dict(), "history": history}, path)
 
 
-def replace_config(path: Path, cfg: DictConfig) -> None:
-    """Store ``cfg`` as the config of the checkpoint at ``path``: a resumed run's new plan (more
-    epochs or members, other abstention settings) is what loading it rebuilds from then on."""
+def replace_config(path: Path, config: dict) -> None:
+    """Store ``config`` (``Plan.stored``) as the config of the checkpoint at ``path``: a resumed run's
+    new plan (more epochs or members, other abstention settings) is what loading it rebuilds from then on."""
     state = read(path)
-    if state["config"] != config_dict(cfg):
-        state["config"] = config_dict(cfg)
+    if state["config"] != config:
+        state["config"] = config
         save_atomic(state, path)
 
 
@@ -194,9 +196,9 @@ RETIRED_KEYS = {"train": ("member",)}
 
 
 def stored_config(state: dict, source: str | Path = "a checkpoint") -> dict:
-    """The config a checkpoint (read from ``source``) stores, without the keys this bnn-zoo retired
-    (``make_config`` reads it); one naming a network by name this user does not trust is refused
-    (``bnn_zoo.runs.trust_list``: building it would run code)."""
+    """The config a checkpoint (read from ``source``) stores, without the keys this bnn-zoo retired and
+    those it holds beside it (``stored_beside``; ``make_config`` reads it); one naming a network by
+    name this user does not trust is refused (``bnn_zoo.runs.trust_list``: building it would run code)."""
     try:  # before anything reads it: a key of another kind would fail where it is read
         renamed(state["config"], notice=False)  # a key an earlier bnn-zoo wrote under its old name
         check_layout(state["config"], Config)
@@ -204,11 +206,24 @@ def stored_config(state: dict, source: str | Path = "a checkpoint") -> dict:
         raise CheckpointError(f"{source} holds a config this bnn-zoo cannot use ({err}); train the run again") from None
     config = {k: dict(v) if isinstance(v, dict) else v for k, v in state["config"].items()}
     check_trusted(config, source)
-    for section, keys in RETIRED_KEYS.items():
+    for section, keys in {**RETIRED_KEYS, "data": HELD_BESIDE}.items():  # and the keys read by stored_beside
         for key in keys:
             if isinstance(config.get(section), dict):
                 config[section].pop(key, None)
     return config
+
+
+def stored_beside(state: dict, source: str | Path = "a checkpoint") -> dict:
+    """The keys a checkpoint's config holds beside it (``HELD_BESIDE``: your own data's statistics and
+    columns), as ``Plan.of`` takes them: kept out of the config, whose merges would take them one item
+    at a time; a name that cannot be printed as it is refused."""
+    data = state["config"].get("data")
+    beside = {key: list(data[key]) for key in HELD_BESIDE if isinstance(data, dict) and data.get(key) is not None}
+    problem = next(filter(None, map(name_problem, map(str, beside.get("features", [])))), None)
+    if problem is not None:
+        raise CheckpointError(f"{source} holds a config this bnn-zoo cannot use (bad config key 'data.features': "
+                              f"{problem}); train the run again")
+    return beside
 
 
 def config_dict(cfg: DictConfig) -> dict:

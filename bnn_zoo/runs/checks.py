@@ -2,13 +2,12 @@
 range, keys that must agree; each failure one line naming the key, the value it quotes shortened.
 
 Usage: ``check(cfg)  # ConfigError("bad config key 'train.lr': must be a positive number, got -1.0")``
+(the layout of a config's keys, before they are merged, is ``bnn_zoo.runs.layout``'s)
 """
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Optional, get_args, get_origin, get_type_hints
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -23,6 +22,7 @@ from ..core.guides import GUIDES
 from ..core.likelihoods import NOISE_MODES
 from ..core.nets import ImageTooSmall
 from ..core.priors import PRIORS
+from ..data.augment import problem as augment_problem
 from ..data.own import OWN_DATA, ROWS, name_problem
 from ..posterior import KINDS as POSTERIORS
 from ..posterior import fitted_kinds
@@ -57,72 +57,6 @@ FRACTIONS = {"model.mixture_pi": "(0, 1)", "train.lr_min_factor": "[0, 1]", "tra
              "train.stop_at_accuracy": "(0, 1]", "mcmc.target_accept": "(0, 1)", "abstention.alpha": "(0, 1)"}
 
 
-# What a key of each plain kind must be, in a message (of a list's items: PLURAL)
-KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
-PLURAL = {int: "whole numbers", float: "numbers", str: "strings"}
-MAPPINGS = {"model.kwargs": "a mapping of the network's keyword arguments (for example {width: 16})",
-            "data.ood": "a mapping of names to folders of images (for example {letters: DIR})"}
-
-
-def check_layout(base: Any, schema: type, source: Optional[str] = None) -> None:
-    """``base`` (a config file's keys, a checkpoint's, an override's) laid out as ``schema`` (the
-    config's dataclass) lays them out, before it is merged: a mapping of sections, each a mapping
-    of its keys; lists of plain values, mappings, and null only where a key may be null. Unknown
-    keys, interpolations and plain values of another kind are the merge's to name. Each failure
-    one line naming the key, what it must be, and ``source`` (the file it came from) where given."""
-    where = f" in {source}" if source else ""
-    if isinstance(base, DictConfig):
-        base = OmegaConf.to_container(base, resolve=False)
-    if not isinstance(base, dict):
-        raise ConfigError(f"a config{where} is a mapping of sections (arch: lenet, train: {{epochs: 3}}, ...), "
-                          f"not a {type(base).__name__}")
-    _check_keys(base, schema, "", where)
-
-
-def _check_keys(node: dict, schema: type, prefix: str, where: str) -> None:
-    hints = get_type_hints(schema)
-    for key, value in node.items():
-        hint, name = hints.get(key), f"{prefix}{key}"
-        if hint is None or (isinstance(value, str) and "${" in value):
-            continue  # an unknown key, an interpolation: the merge names them, or resolves it
-        if is_dataclass(hint):
-            if not isinstance(value, dict):
-                example = next(f"{f.name}: {f.default}" for f in fields(hint) if f.default not in (None, MISSING))
-                raise ConfigError(f"bad config section {name!r}{where}: a mapping of its keys (for example "
-                                  f"{name}: {{{example}}}), not {_shown(value)}")
-            _check_keys(value, hint, f"{name}.", where)
-            continue
-        reason = _misfit(name, hint, value)
-        if reason:
-            raise ConfigError(f"bad config key {name!r}{where}: {reason}")
-
-
-def _misfit(name: str, hint: Any, value: Any) -> Optional[str]:
-    """Why ``value`` cannot be key ``name`` of type ``hint``, None where the layout fits."""
-    optional = type(None) in get_args(hint)
-    kind = next(k for k in get_args(hint) if k is not type(None)) if optional else hint
-    plain = lambda v: v is not None and not isinstance(v, (list, dict))  # noqa: E731
-    origin, inner = get_origin(kind), get_args(kind)
-    if value is None:
-        fits = optional
-    elif origin is list:
-        fits = isinstance(value, list) and all(map(plain, value))
-    elif origin is dict:
-        fits = isinstance(value, dict) and (inner[1] is Any or all(map(plain, value.values())))
-    else:
-        fits = plain(value)
-    if fits:
-        return None
-    if name == "model.hidden":
-        return f"{HIDDEN}; got {_shown(value)}"
-    what = MAPPINGS.get(name) or (f"a list of {PLURAL[inner[0]]}" if origin is list else KINDS.get(kind, str(kind)))
-    return f"must be {what}, not {_shown(value)}"
-
-
-def _shown(value: Any) -> str:
-    return "null" if value is None else show(value)
-
-
 def check(cfg: DictConfig) -> None:
     """What types cannot say: names from a list, ranges, and keys that must agree."""
     spec = recipe(cfg)
@@ -151,6 +85,11 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
     check_fits(cfg, data)
+    trouble = augment_problem(cfg.augment)
+    if trouble is None and OmegaConf.to_object(cfg.augment).active and (data == "csv" or data in TOY_DATA):
+        trouble = f"bad config section 'augment': it transforms images, and this run reads {data}: leave it out"
+    if trouble is not None:
+        raise ConfigError(trouble)
     if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
         raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "
                           f"leaves it, which needs your own table; {data} takes a number (for example 0.1)")

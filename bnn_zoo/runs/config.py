@@ -15,10 +15,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..core.architectures import CLASSIFIER_DATA
 from ..core.errors import ConfigError, say_once, short_quotes, show
+from ..data.config import HELD_BESIDE
 from ..data.own import least_squares_sd
 from ..data.sets import Splits
-from .checks import check, check_layout
+from .checks import check
 from .data_keys import data_kind, fitted_to_data
+from .layout import check_layout
 from .plan import recipe
 from .schema import Config
 
@@ -200,17 +202,18 @@ def resolved(cfg: DictConfig) -> DictConfig:
 
 
 def with_profile(cfg: DictConfig, splits: Splits) -> DictConfig:
-    """``cfg`` holding what its own data's training split showed (input shape, classes,
-    normalization, validation size; a regression's noise sd to start from where
-    model.noise_scale=null), so its checkpoint answers without the data; its data.ood folders made
-    absolute, so they are found from anywhere."""
+    """``cfg`` holding what its own data's training split showed (input shape, classes, validation
+    size; a regression's noise sd to start from where model.noise_scale=null; its normalization and
+    columns are held beside it: ``HELD_BESIDE``), so its checkpoint answers without the data; its
+    data.ood folders made absolute, so they are found from anywhere."""
     cfg = cfg.copy()
     for name, folder in cfg.data.ood.items():
         cfg.data.ood[name] = str(Path(folder).expanduser().resolve())
     if splits.profile is None:
         return cfg
-    for name, value in asdict(splits.profile).items():  # each of DataProfile's fields is the data key of its name
-        cfg.data[name] = value
+    for name, value in asdict(splits.profile).items():  # each of DataProfile's fields is the data key of its name,
+        if name not in HELD_BESIDE:  # but for those held beside the config (Plan.of(cfg, held_beside(profile)))
+            cfg.data[name] = value
     cfg.data.val_size = 0 if splits.val is None else len(splits.val)
     if cfg.model.noise_scale is None and splits.profile.target_stats is not None:
         mean, sd = splits.profile.target_stats

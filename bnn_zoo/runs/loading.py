@@ -14,26 +14,15 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..abstain.after_alarm import check_after_alarm
 from ..abstain.conformal import ConformalSets
 from ..abstain.density import FeatureDensity
 from ..abstain.rule import Rule
-from ..abstain.shift import checked_reference
 from ..core.errors import CheckpointError, ConfigError, show
 from ..core.predictive import seeded
 from ..posterior import KINDS, TWIN_SCALED
-from .checkpoint import (
-    CALIBRATION,
-    CERTIFIED_WEIGHTS,
-    CHECKPOINT,
-    DENSITIES,
-    FITTED,
-    HMC_SAMPLES,
-    MEMBERS,
-    TWIN_CHECKPOINT,
-    read,
-    save_atomic,
-    stored_config,
-)
+from .checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, DENSITIES, FITTED, HMC_SAMPLES, MEMBERS, TWIN_CHECKPOINT
+from .checkpoint import read, save_atomic, stored_beside, stored_config
 from .checks import pick_device
 from .config import make_config
 from .factory import build_networks, build_twin
@@ -126,7 +115,7 @@ def load(run_dir: str | Path, device: str | torch.device = "cpu", fitted: bool =
     run_dir = run_folder(run_dir)
     samples = read(run_dir / HMC_SAMPLES, device)["samples"] if (run_dir / HMC_SAMPLES).is_file() else None
     twin = run_dir / TWIN_CHECKPOINT
-    calibration = _calibration_file(run_dir / CALIBRATION)  # checked against the run's classes
+    calibration = _calibration_file(run_dir / CALIBRATION)
     trained = _assemble(read(run_dir / CHECKPOINT, device), run_dir / CHECKPOINT, read(twin, device) if twin.is_file() else None,
                         twin, device, samples, calibration)
     for member in member_dirs(run_dir, trained.config.train.members):
@@ -193,7 +182,7 @@ def _densities(states: dict) -> dict[str, FeatureDensity]:
 def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path, device, samples,
               calibration: tuple[object, str, str] = ({}, "", "")) -> Trained:
     """A Trained from a checkpoint's state and its twin's (half-precision tensors of a shipped one made float),
-    with ``calibration`` (its content, where it came from, how to fix it), checked against the run's classes."""
+    with ``calibration`` (its content, where it came from, how to fix it), checked."""
     full = lambda d: {k: v.float() if v.is_floating_point() else v for k, v in d.items()}  # noqa: E731
     config = stored_config(state, path)
     fitted = config.get("train", {}).get("posteriors") if isinstance(config.get("train"), dict) else None
@@ -204,8 +193,9 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         by_name = ":" in str(config.get("arch"))  # a network by name: its module must import here
         raise CheckpointError(f"{path} holds a config this bnn-zoo cannot use ({err})" +
                               ("" if by_name else "; train the run again")) from None
-    networks = Plan.of(cfg).networks
-    calibration = checked_calibration(*calibration, classes=networks.recipe.classes) if calibration[0] != {} else {}
+    plan = Plan.of(cfg, stored_beside(state, path))
+    networks = plan.networks
+    calibration = checked_calibration(*calibration) if calibration[0] != {} else {}
     with seeded(None, device):  # the initial weights, about to be replaced, are drawn from no caller's stream
         model, guide = build_networks(networks, state.get("num_data"), device)
     _load_state(model, state["model"], path)
@@ -222,7 +212,7 @@ def _assemble(state: dict, path: Path, twin_state: dict | None, twin_path: Path,
         twin.eval()
     return Trained(model, guide, cfg, twin, state["epoch"], samples, _rules(calibration), _sets(calibration),
                    calibration, _temperature(calibration), run=state.get("run"),
-                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None)
+                   twin_epoch=twin_state.get("epoch") if twin_state is not None else None, data=plan.data)
 
 
 def _rules(calibration: dict) -> dict[str, Rule]:
@@ -255,11 +245,10 @@ def _calibration_file(path: Path) -> tuple[object, str, str]:
     return (read_json(path, "calibration bnn-zoo wrote", fix) if path.is_file() else {}), str(path), fix
 
 
-def checked_calibration(calibration, where: str, fix: str, classes: int | None = None) -> dict:
+def checked_calibration(calibration, where: str, fix: str) -> dict:
     """A run's or a shipped posterior's calibration (``where`` it came from), each posterior's entry
-    checked: a mapping whose rules, sets, temperature and alarm reference (entropies from 0 to
-    log2(``classes``) bits) are ones bnn-zoo writes; else a CheckpointError that names what is
-    wrong and says ``fix``."""
+    checked: a mapping whose rules (each with the share of validation it refused), after-alarm entry
+    (``check_after_alarm``), sets and temperature are ones bnn-zoo writes; else a CheckpointError saying ``fix``."""
     try:
         if not isinstance(calibration, dict):
             raise ValueError(f"it holds {show(calibration)}, not a mapping of posteriors")
@@ -271,10 +260,12 @@ def checked_calibration(calibration, where: str, fix: str, classes: int | None =
                 after = entry.get("after_alarm", {})
                 if not isinstance(after, dict):
                     raise ValueError(f"its after-alarm entry is {show(after)}, not a mapping")
-                for what, rule in (("its rule", entry.get("rule")), ("its after-alarm rule", after.get("rule"))):
-                    _checked_rule(rule, what)
-                if "alarm" in entry:
-                    checked_reference(entry["alarm"], classes)
+                for what, held in (("its rule", entry), ("its after-alarm rule", after)):
+                    _checked_rule(held, what)
+                check_after_alarm(entry)
+                for what, held in (("its rule", entry), ("its after-alarm rule", after)):
+                    if "rule" in held:  # the shift alarm watches its refusals against this rate
+                        _checked_rate(held.get("validation"), what)
             except (ValueError, TypeError, AttributeError) as err:
                 raise ValueError(f"{part}: {err}") from None
         _sets(calibration)
@@ -286,15 +277,23 @@ def checked_calibration(calibration, where: str, fix: str, classes: int | None =
         raise CheckpointError(f"{where} is not a calibration bnn-zoo wrote ({err}); {fix}") from None
 
 
-def _checked_rule(rule, what: str) -> None:
-    """A stored rule (None: there is none) as Rule.from_dict reads it, or a ValueError naming ``what``."""
-    if rule is None:
+def _checked_rate(validation, what: str) -> None:
+    """A stored rule's validation figures hold the share of inputs it refused, a number from 0 to 1,
+    or a ValueError naming ``what`` (the rule)."""
+    refused = validation.get("refused") if isinstance(validation, dict) else None
+    if isinstance(refused, bool) or not isinstance(refused, (int, float)) or not 0 <= refused <= 1:
+        raise ValueError(f"{what}'s share of validation refused is {show(refused)}, not a number from 0 to 1")
+
+
+def _checked_rule(held: dict, what: str) -> None:
+    """The rule ``held`` holds (where it holds one) as Rule.from_dict reads it, or a ValueError naming ``what``."""
+    if "rule" not in held:
         return
     try:
-        Rule.from_dict(rule)
+        Rule.from_dict(held["rule"])
     except KeyError as err:
         raise ValueError(f"{what} lacks {err}") from None
     except (TypeError, AttributeError):
-        raise ValueError(f"{what} is {show(rule)}, not a rule") from None
+        raise ValueError(f"{what} is {show(held['rule'])}, not a rule") from None
     except ValueError as err:
         raise ValueError(f"{what}: {err}") from None

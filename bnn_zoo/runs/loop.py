@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core.errors import ConfigError, StorageError, TrainingError
+from ..data.augment import Augment
 from ..data.sets import Splits, TensorSet
 from .checkpoint import read, restore_rng, rng_state, save_atomic
 from .ranks import Ranks
@@ -70,9 +71,10 @@ def training_step(loss_fn: Callable, optimizer) -> Callable[[torch.Tensor, torch
 
 def fit(label: str, step: Callable, optimizer, scheduler, train_set: TensorSet,
         t: TrainConfig, epochs: int, history: list, per_example: float,
-        after_epoch: Callable[[dict, bool], Optional[bool]], world: Ranks = Ranks()) -> None:
-    """The epoch loop shared by the BNN and its twin: minibatches on the device (a rank's share of
-    each, ``bnn_zoo.runs.ranks``), a progress bar, a check for non-finite losses, then
+        after_epoch: Callable[[dict, bool], Optional[bool]], world: Ranks = Ranks(),
+        augment: Optional[Augment] = None) -> None:
+    """The epoch loop shared by the BNN and its twin: minibatches on the device (each augmented
+    where ``augment`` is given, then cut into a rank's share, ``bnn_zoo.runs.ranks``), a progress bar, a check for non-finite losses, then
     ``after_epoch(record, due)``, where ``due`` says it is time to evaluate and checkpoint (every
     ``evaluation_interval`` epochs and the last); it returns True to stop early.
 
@@ -91,10 +93,13 @@ def fit(label: str, step: Callable, optimizer, scheduler, train_set: TensorSet,
         start = time.perf_counter()
         total, taken = torch.zeros((), device=train_set.x.device), 0
         batches = train_set.batches(batch_size, generator=world.order(epoch, train_set.x.device))
+        draws = augment.generator(epoch, train_set.x.device) if augment is not None else None
         bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
                    desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1,
                    postfix={"last epoch": f"loss {history[-1]['loss']:.4f}"} if history else None)
         for i, (xb, yb) in enumerate(bar):
+            if augment is not None:  # the global minibatch, alike on every rank
+                xb = augment(xb, draws)
             xb, yb = world.share(xb, yb)
             if not len(xb):  # an epoch's last minibatch, smaller than the ranks
                 continue
@@ -164,8 +169,9 @@ class Patience:
 
 
 def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str, log: Callable[[str], None],
-                stored: Optional[dict] = None, world: Ranks = Ranks()) -> dict:
-    """Train ``phase`` (a ``bnn_zoo.runs.phases.Phase``) on ``splits.train`` for its planned epochs,
+                stored: Optional[dict] = None, world: Ranks = Ranks(), augment: Optional[Augment] = None) -> dict:
+    """Train ``phase`` (a ``bnn_zoo.runs.phases.Phase``) on ``splits.train`` (its minibatches through
+    ``augment`` where given) for its planned epochs,
     continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch (and
     training examples per second at that pace) and test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
     checkpoints and tests (the others return no test figures). ``t``: the plan's training section;
@@ -213,7 +219,7 @@ def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str
 
     with phase.stepping(), last, cpu_threads(t.threads):
         fit(phase.label, step, optimizer, scheduler, splits.train, t, phase.epochs, history,
-            phase.per_example, after_epoch, world)
+            phase.per_example, after_epoch, world, augment)
     seconds = statistics.median(h["seconds"] for h in history)
     speed = {"seconds_per_epoch": seconds, "examples_per_second": len(splits.train) / seconds}
     if not world.main:

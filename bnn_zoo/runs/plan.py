@@ -7,6 +7,7 @@ Usage::
 
     plan = Plan.of(cfg)                           # cfg: a resolved config (bnn_zoo.runs.config)
     plan.train.epochs, plan.data.path, plan.networks.recipe.input_shape
+    plan = Plan.of(cfg, held_beside(splits.profile)); plan.data.mean; plan.stored()   # your own data's
 """
 from __future__ import annotations
 
@@ -17,8 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.architectures import Recipe, architecture
 from ..core.errors import ConfigError, short_quotes, show
-from ..data.config import DataConfig
+from ..data.augment import AugmentConfig
+from ..data.config import HELD_BESIDE, DataConfig
 from .schema import AbstentionConfig, MCMCConfig, ModelConfig, TrainConfig
+
+
+def held_beside(found) -> dict:
+    """The keys of HELD_BESIDE that ``found`` (a typed data section, a DataProfile) holds: what a run's
+    config holds beside it."""
+    return {key: getattr(found, key) for key in HELD_BESIDE if getattr(found, key, None) is not None}
 
 
 def recipe(cfg: DictConfig) -> Recipe:
@@ -64,6 +72,7 @@ class Plan:
     arch: str
     networks: Networks
     data: DataConfig
+    augment: AugmentConfig
     train: TrainConfig
     mcmc: MCMCConfig
     abstention: AbstentionConfig
@@ -75,13 +84,22 @@ class Plan:
     overwrite: bool
 
     @classmethod
-    def of(cls, cfg: DictConfig) -> "Plan":
-        sections = {name: OmegaConf.to_object(cfg[name]) for name in ("model", "data", "train", "mcmc", "abstention")}
+    def of(cls, cfg: DictConfig, beside: dict | None = None) -> "Plan":
+        """The plan of ``cfg``, its data section holding the keys held ``beside`` the config (HELD_BESIDE)."""
+        sections = {name: OmegaConf.to_object(cfg[name])
+                    for name in ("model", "data", "augment", "train", "mcmc", "abstention")}
+        sections["data"] = replace(sections["data"], **(beside or {}))
         stats = cfg.data.target_stats
         networks = Networks(recipe(cfg), sections["model"], None if stats is None else tuple(stats),
                             cfg.train.twin_dropout)
-        return cls(cfg, cfg.arch, networks, sections["data"], sections["train"], sections["mcmc"],
+        return cls(cfg, cfg.arch, networks, sections["data"], sections["augment"], sections["train"], sections["mcmc"],
                    sections["abstention"], cfg.seed, cfg.infer, cfg.device, cfg.run_dir, cfg.resume, cfg.overwrite)
+
+    def stored(self) -> dict:
+        """The config as a checkpoint and metrics.json store it: the keys held beside it in its data section."""
+        config = OmegaConf.to_container(self.config, resolve=True)
+        config["data"].update(held_beside(self.data))
+        return config
 
     @property
     def categorical(self) -> bool:

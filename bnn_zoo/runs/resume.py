@@ -22,14 +22,15 @@ from .fits import held
 from .phases import planned_epochs
 
 # What a resumed run may change: how long and how fast it trains from here, how it reports, where
-# it runs and reads data, the abstention certified at its end, and how many members an ensemble
-# has (the new ones are trained). The rest defines the model.
+# it runs and reads data, how its posteriors read an input (data.remade: training reads them as
+# given) and the abstention certified at its end, and how many members an ensemble has (the new ones
+# are trained). The rest defines the model.
 RESUMABLE = ("train.members", "train.epochs", "train.steps", "train.patience", "train.twin_epochs", "train.lr",
              "train.twin_lr", "train.lr_schedule", "train.lr_min_factor", "train.lr_step", "train.lr_gamma",
              "train.eval_every", "train.val_samples", "train.test_samples", "train.progress", "train.stop_at_accuracy",
              "train.capture", "train.posteriors", "train.drop_posteriors", "train.threads",
              "train.twin", "device", "resume", "overwrite", "run_dir", "infer", "data.root", "data.download",
-             "data.path", "data.test_path", "data.ood",
+             "data.path", "data.test_path", "data.ood", "data.remade",
              "abstention", "mcmc")
 
 
@@ -95,15 +96,11 @@ def posteriors_kept(cfg: DictConfig, stored: dict, fitted: Path) -> DictConfig:
     train = stored["config"].get("train") if isinstance(stored["config"].get("train"), dict) else {}
     before = [name for name in train.get("posteriors") or [] if isinstance(name, str)]
     holds = list(dict.fromkeys([*before, *held(fitted)]))
-    drop, asked = list(cfg.train.drop_posteriors), [name for name in cfg.train.posteriors if name not in before]
+    drop = list(cfg.train.drop_posteriors)  # none of them asked for too (config_for_run refuses that)
     missing = next((name for name in drop if name not in holds), None)
     if missing is not None:
         raise ConfigError(f"bad config key 'train.drop_posteriors': the run in {fitted.parent} holds no {missing} to "
                           f"drop (it holds {', '.join(holds) or 'no posterior fitted after training'})")
-    both = next((name for name in drop if name in asked), None)
-    if both is not None:
-        raise ConfigError(f"bad config key 'train.drop_posteriors': {both} is also asked for in train.posteriors; "
-                          "drop it or fit it, not both")
     kept = [name for name in dict.fromkeys([*holds, *cfg.train.posteriors]) if name not in drop]
     return make_config(cfg, {"train": {"posteriors": kept, "drop_posteriors": []}})
 
@@ -122,7 +119,7 @@ def _differences(old: dict, new: dict, prefix: str = "") -> dict[str, tuple]:
 
 def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
     """The config a command line asks for; ``resume=DIR`` starts from the config stored in DIR's
-    checkpoint."""
+    checkpoint (a kind both asked for in train.posteriors and dropped by train.drop_posteriors is refused)."""
     resume = [o for o in overrides if o.startswith("resume=")]
     if not resume:
         return load_config(name or "toy_mlp", overrides)
@@ -139,7 +136,13 @@ def config_for_run(name: str | None, overrides: list[str]) -> DictConfig:
                           "again, with overwrite=true to replace what is there")
     stored = stored_config(read(run_dir / CHECKPOINT), run_dir / CHECKPOINT)
     try:
-        return make_config(stored, [*overrides, f"run_dir={run_dir}"])
+        cfg = make_config(stored, [*overrides, f"run_dir={run_dir}"])
     except ConfigError:  # arch=OTHER fails on the keys that followed it (model.hidden, data.name): name it
         _refuse_defining(resume[-1].split("=", 1)[1], _defining_overrides(stored, overrides))
         raise
+    asked = any(o.partition("=")[0].strip() == "train.posteriors" for o in overrides)  # else the run's own list
+    both = next((name for name in cfg.train.drop_posteriors if name in cfg.train.posteriors), None) if asked else None
+    if both is not None:
+        raise ConfigError(f"bad config key 'train.drop_posteriors': {both} is also asked for in train.posteriors; "
+                          "drop it or fit it, not both")
+    return cfg

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ..data.augment import AugmentConfig
 from ..data.config import DataConfig
 
 
@@ -172,6 +173,8 @@ class Config:
     overwrite: bool = False  # replace the run already in run_dir (else a new run there stops)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    # Declared augmentation of the training images (bnn_zoo.data.augment): each transform and its range
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mcmc: MCMCConfig = field(default_factory=MCMCConfig)
     abstention: AbstentionConfig = field(default_factory=AbstentionConfig)

@@ -20,9 +20,10 @@ from ..abstain.shift import ALPHA, ShiftAlarm
 from ..core.bnn import BayesianNet
 from ..core.errors import CheckpointError
 from ..core.twin import Twin
+from ..data.config import DataConfig
 from ..data.own import ROWS
 from ..posterior import KINDS, Posterior
-from ..posterior.reading import SurerReading
+from ..posterior.reading import BothReadings
 from .checkpoint import digest
 
 
@@ -52,6 +53,9 @@ class Trained:
     # Why the calibration cannot be used (it certified other weights), with the command that
     # re-certifies; None where it can, or where there is none.
     calibration_problem: Optional[str] = None
+    # Its typed data section (``Plan.data``): the config's, with the keys its config holds beside it
+    # (your own data's normalization and columns: what its inputs are read with)
+    data: Optional[DataConfig] = None
 
     @property
     def rules(self) -> dict[str, Rule]:
@@ -75,12 +79,13 @@ class Trained:
         """Where the run was loaded (its prior and noise tensors live there)."""
         return self.model.device
 
-    def alarm(self, part: str, alpha: float = ALPHA, seed: int = 0) -> Optional[ShiftAlarm]:
-        """A fresh shift alarm for ``part``'s inputs against the validation inputs its rule was certified
-        on (``bnn_zoo.abstain.shift``); None where calibration.json holds no reference (certified before
-        the alarm existed: certify again), or certified other weights (``rules`` says so)."""
-        entry = None if self.calibration_problem else self.calibration.get(part, {}).get("alarm")
-        return None if entry is None else ShiftAlarm.of(entry, alpha, seed)
+    def alarm(self, part: str, alpha: float = ALPHA) -> Optional[ShiftAlarm]:
+        """A fresh shift alarm for ``part``'s inputs (``bnn_zoo.abstain.shift``: its rule's and its
+        after-alarm rule's refusals against their rates on the validation inputs they were certified on,
+        and repeated inputs); None where calibration.json certified no rule for it, or certified other
+        weights (``rules`` says so)."""
+        entry = {} if self.calibration_problem else self.calibration.get(part, {})
+        return ShiftAlarm.of(entry, alpha) if "rule" in entry else None
 
     def after_alarm(self, part: str) -> tuple[Optional[Rule], Optional[str]]:
         """``part``'s after-alarm rule (``bnn_zoo.abstain.after_alarm``), or None and why there is none
@@ -97,16 +102,16 @@ class Trained:
             return None, f"no after-alarm rule is certified for {part} ({after.get('error')})"
         return Rule.from_dict(after["rule"]), None
 
-    def stream(self, part: str = "bayes", act: bool = True, seed: int = 0, alpha: float = ALPHA,
+    def stream(self, part: str = "bayes", act: bool = True, alpha: float = ALPHA,
                answer: Rule | Callable[..., Decision] | None = None) -> Stream:
         """A stream of ``part``'s inputs (``bnn_zoo.abstain.after_alarm.Stream``): answered by its
         certified rule (or ``answer``: another rule, or its conformal sets, which the after-alarm rule
-        does not replace), watched by its shift alarm (``seed`` breaks its ties), and from the input
+        does not replace), watched by its shift alarm, and from the input
         that sounds the alarm on held to its after-alarm rule, unless ``act`` is False."""
         after, why_not = self.after_alarm(part)
         if answer is not None:  # sets where no rule is certified, or a rule of the caller's
             after, why_not = None, why_not or "the after-alarm rule is certified beside the certified rule alone"
-        return Stream(self.rules_for()[part] if answer is None else answer, self.alarm(part, alpha, seed), after, act,
+        return Stream(self.rules_for()[part] if answer is None else answer, self.alarm(part, alpha), after, act,
                       why_not, relabel_advice(self.config))
 
     def rules_for(self, rule: str = "calibrated", quantile: float = 0.5, threshold: float = 0.2) -> dict[str, Rule]:
@@ -133,9 +138,9 @@ def posteriors(trained: Trained) -> dict[str, Posterior]:
     its order): its guide (or the mixture of its ensemble's), its twin (MC dropout, the deep
     ensemble), the twin temperature-scaled where certification fitted a temperature, HMC's samples,
     and the kinds fitted after training (Laplace, SWAG, ...) where it fitted them; with
-    ``data.remade``, each answering from the reading of an input it is surer of (``SurerReading``)."""
+    ``data.remade``, each answering from both readings of an input, as given and remade (``BothReadings``)."""
     found = {name: kind.of_run(trained) for name, kind in KINDS.items()}
-    read = SurerReading if trained.config.data.get("remade") else (lambda posterior: posterior)
+    read = BothReadings if trained.config.data.get("remade") else (lambda posterior: posterior)
     return {name: read(posterior) for name, posterior in found.items() if posterior is not None}
 
 

@@ -8,7 +8,7 @@ from test_certify import population
 from bnn_zoo.abstain.after_alarm import AFTER_ALARM_RULE, Stream, after_alarm_rule
 from bnn_zoo.abstain.certify import THRESHOLDS, NotCertified, binomial_cdf, certify
 from bnn_zoo.abstain.rule import Rule
-from bnn_zoo.abstain.shift import ShiftAlarm, scores
+from bnn_zoo.abstain.shift import ShiftAlarm, Watched
 
 
 def test_the_after_alarm_rule_is_the_strictest_certified_threshold_of_a_low_quantile_within_its_budget():
@@ -52,9 +52,10 @@ def test_where_no_certified_rule_is_nested_in_the_rule_none_is_chosen():
 
 
 def _stream(act: bool = True, after: Rule | None = Rule(0.5, 0.8)) -> Stream:
-    """A stream whose reference is sure inputs (entropies from 0.1 to 0.2 bits), its rule median >= 0.4
-    and its after-alarm rule median >= 0.8."""
-    return Stream(Rule(0.5, 0.4), ShiftAlarm(torch.linspace(0.1, 0.2, 300, dtype=torch.float64)), after, act,
+    """A stream whose rule is median >= 0.4 and its after-alarm rule median >= 0.8, which refused 2% and
+    5% of the certifying inputs."""
+    watched = {"refused": Watched(Rule(0.5, 0.4), 0.02), "held": Watched(Rule(0.5, 0.8), 0.05)}
+    return Stream(Rule(0.5, 0.4), ShiftAlarm(watched), after, act,
                   why_not=None if after else "no after-alarm rule here", advice="certify on inputs like these")
 
 
@@ -64,7 +65,7 @@ def _inputs(*tops: float) -> torch.Tensor:
     return torch.tensor([[t, (1 - t) * 0.75, (1 - t) * 0.25] for t in tops])[None]
 
 
-SURE = (0.976, 0.978, 0.98, 0.982, 0.984)  # scores 0.13 to 0.19 bits, as the reference's
+SURE = (0.976, 0.978, 0.98, 0.982, 0.984)  # answered by both rules
 UNSURE = (0.6, 0.7, 0.98, 0.62, 0.72, 0.64, 0.981, 0.74) * 3  # mostly less sure than the rule after the alarm asks
 
 
@@ -88,15 +89,15 @@ def test_a_stream_answers_with_the_rule_until_its_alarm_and_with_both_rules_from
     assert [answered.describe(i)["after_alarm"] for i in range(n)] == after.tolist()
     assert stream.refused_after_alarm == len(expected)
     line = stream.describe()
-    assert line.startswith(f"shift alarm: by input {at} of {5 + n}, these inputs no longer look like the ones the "
-                           "guarantee was certified on: they are more uncertain than those were")
+    assert line.startswith(f"shift alarm: by input {at} of {5 + n}, these inputs are no longer like the ones the "
+                           "guarantee was certified on: the stricter after-alarm rule refused")
     assert line.endswith(f"; from input {at} on, answers are held to the stricter after-alarm rule ({len(expected)} "
                          "inputs refused that the certified rule alone would have answered); certify on inputs like "
                          "these")
     figures = stream.to_dict()
-    assert figures["alarm_at"] == at and figures["direction"] == "higher" and figures["acting"] is True
+    assert figures["alarm_at"] == at and figures["direction"] == "held" and figures["acting"] is True
     assert figures["after_alarm_rule"] == Rule(0.5, 0.8).to_dict() and figures["text"] == line
-    assert set(figures["martingales"]) == {"higher", "lower", "repeated"}
+    assert set(figures["martingales"]) == {"refused", "held", "repeated"}
 
 
 def test_asked_again_the_last_input_keeps_its_place_and_a_rule_of_the_caller_s_is_not_replaced():
@@ -128,10 +129,9 @@ def test_a_stream_not_acting_on_its_alarm_answers_as_the_rule_alone_and_says_why
     assert stream.to_dict()["acting"] is False
 
 
-def test_a_stream_without_an_alarm_reference_answers_with_the_rule():
+def test_a_stream_without_an_alarm_answers_with_the_rule():
     stream = Stream(Rule(0.5, 0.4), None, Rule(0.5, 0.8))
     answered = stream.decide(_inputs(0.6, 0.7, 0.8))
     assert not answered.after_alarm.any() and stream.describe() is None and stream.to_dict() is None
     restarted = _stream().restarted()
     assert restarted.alarm.seen == 0 and restarted.after_alarm == Rule(0.5, 0.8)
-    assert 0.1 < scores(_inputs(SURE[-1])).item() < scores(_inputs(SURE[0])).item() < 0.2  # the surer, the lower

@@ -76,10 +76,18 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
                    (["mutual_information"] if decision.refused_by_gate[i] else [])
         assert answer["refused_by"] == expected
         assert answer["uncertainty_bits"]["mutual_information"] == pytest.approx(float(mi[i]), abs=1e-5)
+        said = ([f"no class's median probability reaches {rule.threshold:g}"] if "quantile" in expected else []) + \
+               ([f"mutual information {float(mi[i]):.3g} bits > {rule.cut:.3g}"] if "mutual_information" in expected else [])
+        assert answer["why"] == "; ".join(said)  # issue 47: why, in figures, as the page says it
         assert (answer["answer"] is None) == bool(expected)
         # an accepted input is answered with its certified conformal set, a refused one with none
         in_set = trained.sets["bayes"].predict(probs)[i].nonzero().flatten().tolist()
         assert answer.get("set") == (None if expected else {"classes": in_set, "coverage": 0.99})
+    assert main([str(certified_run), *files, "--samples", "4", "--no-act-on-alarm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line, answer in zip(lines, answers):
+        assert line.endswith(f"I don't know ({answer['why']})") == (answer["answer"] is None)
+    assert any("; mutual information" in line or ": I don't know (mutual information" in line for line in lines)
     assert main([str(certified_run), files[0], "--samples", "5", "--json"]) == 0  # not the certified 4
     assert "set" not in json.loads(capsys.readouterr().out)["answers"][0]
     assert main([str(certified_run), files[0], "--samples", "4", "--verbose"]) == 0
@@ -108,8 +116,8 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
     answers = json.loads(printed.out)["answers"]
     why = ("no rule is certified for bayes, so each answer is its 80% conformal set: the smallest risk these 128 "
            "validation inputs certify at delta 0.05 is ")
-    assert printed.err.startswith(why) and printed.err.count("\n") == 2
-    assert printed.err.splitlines()[1].startswith("no shift alarm: 12 inputs look like")  # the sets' guarantee too
+    assert printed.err.startswith(why) and printed.err.count("\n") == 1  # the alarm watches a certified rule: none
+    assert "shift alarm" not in printed.err and json.loads(printed.out)["alarm"] is None
     assert f"python -m bnn_zoo.certify {uncertified_run} --risk " in printed.err
     assert "risk 0.01 needs at least 709 validation inputs accepted with no error" in printed.err
     trained = load(uncertified_run, DEVICE)
@@ -124,11 +132,11 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
         ranked = [] if len(in_set) == 10 else sorted(in_set, key=lambda c: -float(p[c]))  # by mean probability
         assert list(map(int, answer["accepted"])) == ranked
     assert main([str(uncertified_run), *files[:2], "--samples", "4"]) == 0
-    header, *lines, alarm = capsys.readouterr().out.splitlines()
-    assert header == printed.err.splitlines()[0] and alarm.startswith("no shift alarm: 2 inputs look like")
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header == printed.err.splitlines()[0] and len(lines) == 2  # no alarm line: no certified rule to watch
     for line, answer in zip(lines, answers):
         names = ", ".join(map(str, answer["set"]["classes"]))
-        held = "I don't know (its 80% set holds every class)"
+        held = "I don't know (its 80% conformal set holds every class)"
         assert line.endswith(f"; 80% set {{{names}}}" if answer["answer"] is not None else held)
     assert main([str(uncertified_run), files[0], "--samples", "4", "--rule", "quantile", "--json"]) == 0
     assert "certified" not in json.loads(capsys.readouterr().out)["answers"][0]  # the quantile rule, as asked
@@ -184,10 +192,11 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     found = json.loads(printed.out)
     trained, probs = load("lenet"), _shipped_draws(files, 20)
     rule, after = trained.rules["bayes"], trained.after_alarm("bayes")[0]
-    expected_at = ShiftAlarm.of(trained.calibration["bayes"]["alarm"], seed=0).observe(probs).alarm_at
+    expected = ShiftAlarm.of(trained.calibration["bayes"]).observe(probs)
+    expected_at = expected.alarm_at
     alarm = found["alarm"]
-    assert alarm["alarm_at"] == expected_at <= 20 and alarm["direction"] == "higher" and alarm["acting"] is True
-    assert alarm["inputs"] == 50 and alarm["peaks"]["higher"] >= alarm["bounds"]["higher"] == pytest.approx(1 / 0.0045)
+    assert alarm["alarm_at"] == expected_at <= 20 and alarm["direction"] == "refused" and alarm["acting"] is True
+    assert alarm["inputs"] == 50 and alarm["peaks"]["refused"] >= alarm["bounds"]["refused"] == pytest.approx(1 / 0.0045)
     assert alarm["after_alarm_rule"] == after.to_dict()
     held = torch.arange(1, 51) >= expected_at
     plain, strict = rule(probs), after(probs)
@@ -200,9 +209,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     assert alarm["refused_after_alarm"] == len(only_after)
     assert printed.err == alarm["text"] + "\n" and "martingale" not in alarm["text"]
     assert alarm["text"] == (
-        f"shift alarm: by input {expected_at} of 50, these inputs no longer look like the ones the guarantee was "
-        "certified on: they are more uncertain than those were (a stream like those sounds it at most 1% of the time); "
-        f"from input {expected_at} on, answers are held to the stricter after-alarm rule ({len(only_after)} "
+        f"{expected.describe()}; from input {expected_at} on, answers are held to the stricter after-alarm rule ({len(only_after)} "
         f"input{'s' * (len(only_after) != 1)} refused that the certified rule alone would have answered); to answer "
         "inputs like these under a guarantee, "
         "train and certify a run on labelled ones like them (python -m bnn_zoo.train lenet data.name=folder "
@@ -210,7 +217,9 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     assert main(["lenet", *files, "--samples", "20"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == alarm["text"]
-    assert lines[only_after[0]].endswith("I don't know (refused by the after-alarm rule)")
+    assert lines[only_after[0]].endswith(
+        "I don't know (since the shift alarm sounded, answers are held to the after-alarm rule (its 0.02 quantile of "
+        f"its sampled probability >= {after.threshold:g}, mutual information <= {after.cut:.3g}))")
     assert main(["lenet", *files, "--samples", "20", "--json", "--no-act-on-alarm"]) == 0  # the certified rule alone
     off = json.loads(capsys.readouterr().out)
     expected = [None if r else int(p) for r, p in zip(plain.refused, plain.prediction)]
@@ -235,8 +244,10 @@ def test_predict_cli_leaves_a_clean_stream_as_the_certified_rule_answers_it(shar
     assert not any(a["after_alarm"] for a in found["answers"]) and found["alarm"]["alarm_at"] is None
     assert main(["lenet", *digits, "--samples", "20"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == ("no shift alarm: 20 inputs look like the ones the guarantee was certified on (a stream like those "
-                    "sounds it at most 1% of the time)")
+    refused = sum(r is None for r in expected)
+    assert last.startswith(f"no shift alarm: the certified rule refused {refused} of 20 inputs ({refused / 20:.0%}), "
+                           "where it refused ") and last.endswith("within the tolerance (a stream within it sounds the "
+                                                                  "alarm at most 1% of the time)")
     assert main(["lenet", digits[0], "--samples", "20"]) == 0  # one input is no stream
     assert "shift alarm" not in capsys.readouterr().out
 
@@ -296,6 +307,22 @@ def test_predict_cli_answers_the_good_files_beside_a_huge_one(shared_data, tmp_p
     (bomb,), (digit,) = found["errors"], found["answers"]
     assert "too large" in bomb["error"] and digit["answer"] == int(labels[0])
     assert printed.err == f"error: {tmp_path / 'bomb.png'}: {bomb['error']}\n"
+
+
+def test_predict_cli_answers_the_good_files_beside_a_malformed_one(tmp_path, capsys):
+    """Issue 47: a TIFF that makes Pillow's decoder raise a TypeError ended predict in a traceback,
+    answering neither it nor the digit beside it."""
+    from helpers import malformed_tiff
+
+    from bnn_zoo.shipped import EXAMPLE as SEVEN
+
+    (tmp_path / "odd.tif").write_bytes(malformed_tiff())
+    assert main(["lenet", str(tmp_path / "odd.tif"), str(SEVEN), "--json", "--samples", "10", "--device", "cpu"]) == 2
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)
+    assert found["errors"] == [{"file": str(tmp_path / "odd.tif"), "error": "not a readable image (TypeError)"}]
+    assert [(a["file"], a["answer"]) for a in found["answers"]] == [(str(SEVEN), 7)]
+    assert printed.err == f"error: {tmp_path / 'odd.tif'}: not a readable image (TypeError)\n"
 
 
 def test_predict_cli_refuses_bad_counts(capsys):

@@ -361,3 +361,24 @@ def test_swag_on_the_toy_regression_trains_and_predicts_about_the_points(tmp_pat
     drawn = swag.predict(points.x, 200)
     assert torch.equal(drawn[..., 1], torch.full_like(drawn[..., 1], 0.1))  # the noise sd
     assert (drawn[..., 0].mean(0) - points.y).abs().max() < 0.05  # the twin fits the six points; SWAG stays there
+
+
+def test_a_resume_reads_inputs_both_ways_from_here_and_certifies_its_posteriors_so(certified_run, tmp_path):
+    """data.remade is how a run's posteriors read an input, not what it trained on: a finished run
+    resumed with it trains no epoch, keeps its weights, answers from both readings, and is certified
+    again on validation inputs read so (its rule's draws twice as many)."""
+    import shutil
+
+    from bnn_zoo.posterior.reading import BothReadings
+    from bnn_zoo.runs.trained import posteriors
+
+    run = tmp_path / "run"
+    shutil.copytree(certified_run, run)
+    before = load(run)
+    train(config_for_run(None, [f"resume={run}", "data.remade=true", "abstention.risk=0.4", "abstention.delta=0.2",
+                                "abstention.max_refusal=0.1", "abstention.samples=4", f"data.root={SHARED_DATA}"]))
+    after = load(run)
+    assert after.epoch == before.epoch and after.config.data.remade
+    assert all(torch.equal(value, before.guide.state_dict()[name]) for name, value in after.guide.state_dict().items())
+    assert isinstance(posteriors(after)["bayes"], BothReadings)
+    assert after.calibration["bayes"]["samples"] == 8  # 4 draws as given, 4 remade

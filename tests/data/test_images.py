@@ -183,3 +183,19 @@ def test_remade_puts_a_moved_a_brightened_and_a_shrunken_digit_where_mnist_put_i
     assert torch.equal(remade(torch.zeros(2, 28, 28, dtype=torch.uint8)), torch.zeros(2, 28, 28, dtype=torch.uint8))
     with pytest.raises(ValueError, match=r"remade reads images \[N, 28, 28\], got shape \(2, 32, 32\)"):
         remade(torch.zeros(2, 32, 32, dtype=torch.uint8))
+
+
+def test_a_decoder_s_failure_of_any_kind_is_one_line(tmp_path):
+    """Issue 47: a TIFF whose StripOffsets tag is typed SRATIONAL made Pillow's decoder raise a
+    TypeError, which went past the reader as a traceback."""
+    from helpers import malformed_tiff
+
+    from bnn_zoo.data.images import decode
+
+    path = tmp_path / "bad.tif"
+    path.write_bytes(malformed_tiff())
+    with pytest.raises(ValueError) as refused:
+        decode(path)
+    assert str(refused.value) == "not a readable image (TypeError)"
+    with pytest.raises(ValueError, match=r"^not a readable image \(TypeError\)$"):
+        load_image(io.BytesIO(path.read_bytes()))

@@ -70,7 +70,7 @@ def folder_run(pngs, tmp_path_factory):
 
 def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pngs, folder_run, tmp_path, capsys):
     trained = load(folder_run)
-    data = trained.config.data
+    data = trained.data  # the typed section: its statistics are held beside the config
     assert data.classes == ["one", "seven", "zero"] and data.input_shape == [1, 28, 28]  # ImageFolder's order
     assert data.val_size == 150 // 5 and data.path == str(pngs.resolve())
     # the statistics are the training split's (not validation's, not the test folder's): read the PNGs ourselves
@@ -111,7 +111,7 @@ def test_the_page_answers_a_folder_run_with_its_statistics_and_class_names(folde
     pixels[4:24, 13:15] = 255  # a one
     answer = Answerer(str(folder_run), "cpu").answer(str(folder_run), pixels, samples=6, seed=3)
     trained = load(folder_run, "cpu")
-    data = trained.config.data
+    data = trained.data
     x = (pixels.float()[None, None] / 255 - data.mean[0]) / data.std[0]  # the run's statistics, not MNIST's
     pyro.set_rng_seed(3)
     probs = posteriors(trained)["bayes"].predict(x, 6)
@@ -172,7 +172,7 @@ def test_a_csv_classifier_reads_its_columns_by_name(tmp_path, capsys):
                                               "data.target": "species", "model.hidden": "[16]", "train.epochs": 20,
                                               "train.lr": 0.01}))
     trained = load(run_dir)
-    data = trained.config.data
+    data = trained.data
     assert data.classes == ["setosa", "versicolor", "virginica"] and data.features == ["a", "b", "c"]
     # rows in another column order, without the target: read by name, answered in class names
     write_csv(tmp_path / "q.csv", ["c", "a", "b"], [[5, 0, 0], [9, 0, 4]])
@@ -284,6 +284,10 @@ def bad_folder(tmp_path, kind):
             f.unlink()
     elif kind == "unreadable":
         (root / "b" / "broken.png").write_bytes(b"not a png")
+    elif kind == "malformed_tiff":  # Pillow's decoder raises a TypeError on it
+        from helpers import malformed_tiff
+
+        (root / "b" / "odd.tif").write_bytes(malformed_tiff())
     elif kind == "two_unreadable":
         (root / "a" / "broken.png").write_bytes(b"not a png")
         (root / "b" / "gone.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # a PNG cut short
@@ -314,6 +318,8 @@ EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 28 28\nnewpath 4 4 moveto 24
 @pytest.mark.parametrize("kind, message", [
     ("empty", r"empty/b holds no images \(.jpg/.jpeg/.png/.ppm/.bmp/.pgm/.tif/.tiff/.webp\): add some, or remove the folder"),
     ("unreadable", rf"cannot read the image .*broken.png \(not a readable image; {READS}\): delete or replace it"),
+    ("malformed_tiff", r"cannot read the image .*malformed_tiff/b/odd.tif \(not a readable image \(TypeError\)\): delete or "
+                       r"replace it"),
     ("two_unreadable", rf"cannot read 2 images in .*two_unreadable, the first .*a/broken.png \(not a readable image; "
                        rf"{READS}\): delete or replace them"),
     ("eps", rf"cannot read the image .*b/drawn.png \(not an image format bnn-zoo reads \(EPS\); {READS}\)"),
@@ -557,9 +563,9 @@ def test_an_image_of_another_size_than_the_run_s_is_said_to_be_resized(folder_ru
     same_line, large_line, alarm = capsys.readouterr().out.splitlines()  # no rule line without --verbose
     assert alarm.startswith("no shift alarm: 2 inputs") or alarm.startswith("shift alarm: ")  # two inputs: a stream
     assert "resized" not in same_line and large_line.endswith(" (resized from 40x30 to the run's 28x28)")
-    config = load(folder_run).config
+    data = load(folder_run).data
     for path in (good, tmp_path / "large.png"):  # what the network reads, either way, is what it read before
-        assert torch.equal(image_input(config.data, path)[0], image_inputs(config.data, [path], str(path)))
+        assert torch.equal(image_input(data, path)[0], image_inputs(data, [path], str(path)))
     client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
     for path, resized in ((good, None), (tmp_path / "large.png", [30, 40])):
         found = client.post(f"/api/answer?model={folder_run}&samples=2", content=path.read_bytes())
@@ -614,7 +620,7 @@ def test_an_eps_named_png_is_refused_by_every_path_without_a_program(folder_run,
     (tmp_path / "ood").mkdir()
     (tmp_path / "ood" / "drawn.png").write_bytes(EPS)
     with pytest.raises(DataError, match=rf"drawn.png \(not an image format bnn-zoo reads \(EPS\); {READS}\)"):
-        ood_inputs(load(folder_run).config, f"eps={tmp_path / 'ood'}", None, 10, 0)
+        ood_inputs(load(folder_run).data, f"eps={tmp_path / 'ood'}", None, 10, 0)
     client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
     found = client.post(f"/api/answer?model={folder_run}&samples=2", content=io.BytesIO(EPS).getvalue())
     assert found.status_code == 400
@@ -636,13 +642,13 @@ def test_a_transparent_image_is_read_alike_by_predict_and_the_page(folder_run, t
     rgba[6:22, 12:16] = (20, 20, 20, 255)  # a dark stroke on nothing
     Image.fromarray(rgba, "RGBA").save(tmp_path / "stroke.png")
     trained = load(folder_run)
-    x = image_inputs(trained.config.data, [tmp_path / "stroke.png"], "stroke.png")
+    x = image_inputs(trained.data, [tmp_path / "stroke.png"], "stroke.png")
     client = TestClient(create_app(Answerer(str(folder_run), "cpu")), base_url="http://localhost")
     found = client.post(f"/api/answer?model={folder_run}&samples=2", content=(tmp_path / "stroke.png").read_bytes()).json()
     pixels = torch.tensor(found["pixels"], dtype=torch.uint8)
     assert pixels[0, 0] == 255 and pixels[10, 13] == 20  # white paper under a dark stroke
     from bnn_zoo.data.inputs import pixel_inputs
-    assert torch.equal(pixel_inputs(trained.config.data, pixels[None]), x)
+    assert torch.equal(pixel_inputs(trained.data, pixels[None]), x)
 
 
 def test_a_null_noise_scale_starts_where_a_least_squares_line_leaves_the_targets(tmp_path):

@@ -9,7 +9,7 @@ import torch
 
 from bnn_zoo.abstain.after_alarm import Stream
 from bnn_zoo.abstain.rule import Rule
-from bnn_zoo.abstain.shift import ShiftAlarm, scores
+from bnn_zoo.abstain.shift import ShiftAlarm, Watched
 from bnn_zoo.core.predictive import seeded
 from bnn_zoo.data.corruptions import CORRUPTIONS, corrupt
 from bnn_zoo.data.inputs import pixel_inputs
@@ -33,15 +33,17 @@ def test_the_shift_figures_count_the_inputs_answered_wrong_among_all():
 
 
 def test_a_corrupted_set_is_one_stream_whose_wrong_answers_are_counted_before_and_after_its_alarm():
-    """Six inputs in the order seed 3 gives (4, 0, 3, 2, 1, 5); the alarm, whose reference is sure
-    inputs, sounds at the fourth. Before it the rule answers (input 4 wrong); from it on the
+    """Six inputs in the order seed 3 gives (4, 0, 3, 2, 1, 5); the alarm sounds at the fourth, the
+    after-alarm rule having refused the third and fourth. Before it the rule answers (input 4 wrong); from it on the
     after-alarm rule (a higher threshold) answers sure input 1, wrong, and refuses unsure inputs
     2 and 5, which the rule answers (5 wrong)."""
     sure, unsure = torch.tensor([0.98, 0.01, 0.01]), torch.tensor([0.5, 0.45, 0.05])
     probs = torch.stack([sure, sure, unsure, unsure, torch.tensor([0.05, 0.55, 0.4]), unsure])[None]  # [1, 6, 3]
     labels = torch.tensor([0, 1, 0, 0, 2, 1])  # the rule answers 1, 4 and 5 wrong
-    # sure inputs' entropy: 0.1614 bits; an alarm quick to sound (alpha 0.6, no tolerance), to sound within six
-    alarm = ShiftAlarm(torch.linspace(0.1, 0.2, 200, dtype=torch.float64), alpha=0.6, tolerance=0.0)
+    # an alarm quick to sound (alpha 0.6), to sound within six: the after-alarm rule refuses inputs 3 and 2
+    # where it refused 5% of the certifying inputs
+    watched = {"refused": Watched(Rule(0.5, 0.4), 0.05), "held": Watched(Rule(0.5, 0.52), 0.05)}
+    alarm = ShiftAlarm(watched, alpha=0.6)
     got = streamed(Stream(Rule(0.5, 0.4), alarm, Rule(0.5, 0.52)), probs, labels, seed=3)
     assert got.alarm == AlarmResult(6, 4, 0.6)
     assert got.by_alarm == BeforeAfter(acting=True, before=3, wrong_before=1, after=3, wrong_after=1, refused_after=2,
@@ -69,9 +71,9 @@ def test_an_alarm_result_is_the_alarm_over_a_seeded_order_of_the_inputs(certifie
     probs = torch.softmax(torch.randn(4, 60, 10, generator=torch.Generator().manual_seed(0)) * 3, -1)
     found = alarm_result(trained, "bayes", probs, stream=40, seed=5)
     order = torch.randperm(60, generator=torch.Generator().manual_seed(5))[:40]
-    expected = ShiftAlarm.of(trained.calibration["bayes"]["alarm"], seed=5).update(scores(probs[:, order]))
+    expected = ShiftAlarm.of(trained.calibration["bayes"]).observe(probs[:, order])
     assert (found.stream, found.alarm_at, found.alpha) == (40, expected.alarm_at, 0.01)
-    trained.calibration["bayes"].pop("alarm")  # certified before the alarm existed
+    trained.calibration["bayes"].pop("rule")  # no rule certified: no alarm
     assert alarm_result(trained, "bayes", probs) is None and trained.alarm("bayes") is None
 
 
@@ -99,7 +101,7 @@ def test_evaluate_scores_every_posterior_under_the_corruptions_and_says_where_it
                 probs = rung.predict(x, 4)
             got = result.shift[name]
             if part == "twin":  # one deterministic network: the same figures and alarm, whatever the draws
-                assert got == streamed(trained.stream(part, seed=0), probs, y, None, 0)
+                assert got == streamed(trained.stream(part), probs, y, None, 0)
                 assert got.alarm == alarm_result(trained, part, probs, 50, 0)  # the same order, the same alarm
                 plain = shifted(probs, y, rule)  # the rule alone, whatever the order
                 assert (got.by_alarm.refused_alone, got.by_alarm.wrong_alone) == (plain.refused, plain.wrong)
@@ -108,8 +110,10 @@ def test_evaluate_scores_every_posterior_under_the_corruptions_and_says_where_it
             assert b.before == (50 if got.alarm.alarm_at is None else got.alarm.alarm_at - 1)
             assert got.wrong == pytest.approx((b.wrong_before + b.wrong_after) / 50)
             assert got.wrong == pytest.approx((1 - got.refused) * (1 - got.accuracy_accepted), abs=1e-6)
-    assert result.test.alarm.stream == 50 and result.ood["noise"].alarm.stream == 50
-    assert result.ood["noise"].alarm.alarm_at is not None  # white noise is nothing like a digit
+    assert result.test.alarm.stream == 50  # the test set's first 50 in a seeded order
+    assert result.ood["noise"].alarm.stream == 60  # the whole OOD set, one stream: the stream's own alarm
+    noise = result.ood["noise"]  # the tiny run is sure of white noise: refusing none, it sounds no alarm
+    assert (noise.alarm.alarm_at is None) == (noise.refused_in_stream == 0.0)
     assert evaluation.skipped == {}
 
 
@@ -145,7 +149,7 @@ def test_the_shipped_twin_s_alarm_sounds_on_a_corruption_and_not_on_clean_test_i
         shifted_x = pixel_inputs(trained.config.data, corrupt(images[:300], corruption))
         alarm = trained.alarm("twin").observe(twin.predict(shifted_x))
     assert alarm.alarmed and alarm.describe().startswith(f"shift alarm: by input {alarm.alarm_at} of 300, these inputs "
-                                                         "no longer look like the ones the guarantee was certified on")
+                                                         "are no longer like the ones the guarantee was certified on")
 
 
 def test_a_run_on_other_data_has_no_corruptions_and_asking_for_them_says_why():

@@ -1,6 +1,7 @@
 """The local page (bnn_zoo.page.app): its handlers through Starlette's test client, its command line,
-what keeps it to itself (serve_guard: other sites, slow clients), and the page as a person uses it,
-in a headless Chromium (skipped where none is installed)."""
+what keeps it to itself (serve_guard: other sites, slow clients; tests/page/test_guard.py: errors,
+the memory of decodes), and the page as a person uses it, in a headless Chromium (skipped where
+none is installed)."""
 import io
 import json
 import os
@@ -12,22 +13,22 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import malformed_tiff, read_to_end, running
 from PIL import Image
 
 pytest.importorskip("starlette", reason='the page needs the serve extra: pip install -e ".[serve]"')
-pytest.importorskip("httpx", reason="Starlette's test client needs httpx (the dev extra)")
+pytest.importorskip("httpx2", reason="Starlette's test client needs httpx2 (the dev extra)")
 from starlette.testclient import TestClient  # noqa: E402
 
 from bnn_zoo.cli.predict import main as predict_main  # noqa: E402
 from bnn_zoo.cli.serve import main  # noqa: E402
 from bnn_zoo.data.images import load_image  # noqa: E402
 from bnn_zoo.page.app import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels  # noqa: E402
-from bnn_zoo.page.guard import allowed_hosts, server  # noqa: E402
+from bnn_zoo.page.guard import allowed_hosts  # noqa: E402
 from bnn_zoo.runs.loading import load  # noqa: E402
 
 
@@ -146,6 +147,7 @@ def test_each_model_answers_in_its_own_classes(client):
 @pytest.mark.parametrize("body, query, status, message", [
     (b"", {}, 400, "nothing was sent"),
     (b"not an image at all", {}, 400, "not a readable image"),
+    (malformed_tiff(), {}, 400, "cannot use this file: not a readable image (TypeError)"),  # Pillow's decoder fails
     (b"x" * 200_001, {}, 413, "the upload is over"),
     (None, {"threshold": "abc"}, 400, "threshold must be a number"),
     (None, {"threshold": 2}, 400, "threshold must lie in [0, 1]"),
@@ -212,7 +214,7 @@ def start_server(*args: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.mark.slow  # a few seconds; CI runs it under -m slow
 def test_the_command_line_serves_the_page_and_refuses_a_bad_model():
-    import httpx
+    import httpx2 as httpx
 
     server, url = start_server("mnist_mlp")
     try:
@@ -282,28 +284,8 @@ def test_other_sites_cannot_use_the_api(client, method, path, headers, status):
                                          "this server answers its own page only"}
 
 
-@contextmanager
-def running(app, **limits):
-    """``app`` served as the command line serves it (serve_guard.server), on a free port, in a thread:
-    the uvicorn server and the port."""
-    sock = socket.create_server(("127.0.0.1", 0))
-    served = server(app, **limits)
-    thread = threading.Thread(target=served.run, kwargs={"sockets": [sock]})
-    thread.start()
-    try:
-        end = time.monotonic() + 30
-        while not served.started and thread.is_alive() and time.monotonic() < end:
-            time.sleep(0.01)
-        assert served.started, "the server did not start"
-        yield served, sock.getsockname()[1]
-    finally:
-        served.should_exit = True
-        thread.join(30)
-        sock.close()
-
-
 def test_a_slow_upload_does_not_hold_up_the_page(answerer, monkeypatch):
-    import httpx
+    import httpx2 as httpx
 
     import bnn_zoo.page.app
 
@@ -327,16 +309,8 @@ def test_a_slow_upload_does_not_hold_up_the_page(answerer, monkeypatch):
         assert upload.result().json()["text"] == "7"
 
 
-def read_to_end(sock: socket.socket) -> bytes:
-    """What the server sends until it closes the connection."""
-    found = b""
-    while chunk := sock.recv(4096):
-        found += chunk
-    return found
-
-
 def test_slow_clients_are_cut_off_and_connections_are_bounded(answerer):
-    import httpx
+    import httpx2 as httpx
 
     with running(create_app(answerer, body_timeout=1), head_timeout=1, max_connections=8) as (served, port):
         url, host = f"http://127.0.0.1:{port}/", f"Host: 127.0.0.1:{port}\r\n"
@@ -480,7 +454,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
 
         assert answer_after(browser, draw_seven, "the answer to the drawing") == "7"
         assert by_id("twin-answer").text == "7"
-        assert by_id("shift").text.startswith("no shift alarm: 1 input looks like the ones the guarantee was certified")
+        assert by_id("shift").text.startswith("no shift alarm: the certified rule refused 0 of 1 input, where it refused")
         dots = browser.execute_script("return document.querySelectorAll('#plot circle.sample').length")
         assert dots == 100 * 10  # every sample of every class
         assert browser.execute_script("return document.querySelectorAll('#threshold-line').length") == 1

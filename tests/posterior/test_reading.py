@@ -1,20 +1,23 @@
-"""Each input answered from the reading the posterior is surer of (bnn_zoo.posterior.reading): as
-given, or remade as MNIST's digits were made."""
+"""Each input answered from the posterior over two readings of it (bnn_zoo.posterior.reading): as
+given and remade as MNIST's digits were made, their predictive samples pooled."""
 import torch
 
+from bnn_zoo.abstain.rule import Rule
 from bnn_zoo.data.images import remade
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.posterior.base import Posterior
-from bnn_zoo.posterior.reading import SurerReading, remade_inputs
+from bnn_zoo.posterior.reading import BothReadings, remade_inputs
 
 
 class Centred(Posterior):
     """Sure (probability 0.99 on class 1) of an input whose ink's centre of mass lies within a pixel
-    of MNIST's, unsure (uniform) of any other: a posterior that reads centred digits only."""
+    of MNIST's, unsure (uniform) of any other: a posterior that reads centred digits only. Its one
+    prediction comes through ``chunks``, as a kind's does."""
 
     name, title, label, stochastic = "centred", "centred", "centred", False
 
-    def predict(self, x, num_samples=100, chunk_size=10, batch_size=500):
+    @staticmethod
+    def probs(x):
         ink = (x[:, 0] - x[:, 0].amin((1, 2), keepdim=True)).clamp_min(0)
         at = torch.arange(28, dtype=x.dtype)
         cy = (ink.sum(2) * at).sum(1) / ink.sum((1, 2))
@@ -25,30 +28,48 @@ class Centred(Posterior):
         return probs[None]
 
     def chunks(self, x, num_samples, chunk_size):
-        yield from ()
+        yield 1, self.probs
 
     @property
     def parameters_stored(self):
         return 0
 
 
-def test_each_input_is_answered_from_the_reading_the_posterior_is_surer_of(shared_data):
+def _digits_and_moved(shared_data) -> torch.Tensor:
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     digits = images[:20]
     moved = torch.zeros_like(digits)
     moved[:, 4:, 4:] = digits[:, :24, :24]  # 4 pixels down and right
-    x = normalize(torch.cat([digits, moved]))
-    plain, surer = Centred(), SurerReading(Centred())
-    given, answered = plain.predict(x), surer.predict(x)
-    again = plain.predict(remade_inputs(x))
-    off = given[0, :, 1] < 0.5  # the moved digits, as given: unsure
-    assert off[20:].all() and not off[:20].any()
-    assert torch.equal(answered[0, off], again[0, off]) and (answered[0, off, 1] == 0.99).all()  # read remade
-    assert torch.equal(answered[0, ~off], given[0, ~off])  # already sure as given: as given
-    assert (surer.label, surer.stochastic, surer.name) == ("centred", False, "centred")
+    return normalize(torch.cat([digits, moved]))
+
+
+def test_both_readings_pool_the_predictions_as_given_and_remade(shared_data):
+    x = _digits_and_moved(shared_data)
+    plain, both = Centred(), BothReadings(Centred())
+    pooled = both.predict(x)
+    assert torch.equal(pooled, torch.cat([plain.predict(x), plain.predict(remade_inputs(x))]))
+    assert both.rows(100) == 2 and pooled.shape == (2, 40, 10)
+    # the chunks (what a mixture of such posteriors runs) give the same pool, each batch remade alone
+    assert torch.equal(Posterior.predict(both, x, batch_size=7), pooled)
+    assert (both.label, both.stochastic, both.name) == ("centred", False, "centred")
+
+
+def test_an_input_only_one_reading_is_sure_of_is_refused_where_the_surer_reading_answered_it(shared_data):
+    x = _digits_and_moved(shared_data)
+    plain, both = Centred(), BothReadings(Centred())
+    given, again = plain.predict(x), plain.predict(remade_inputs(x))
+    rule = Rule(quantile=0.5, threshold=0.9)
+    one_way = rule(given).refused != rule(again).refused  # the moved digits: only their remade reading is sure
+    assert one_way[20:].all() and not one_way[:20].any()
+    surer = torch.where((again[0, :, 1] > given[0, :, 1])[None, :, None], again, given)  # the old reading
+    assert not rule(surer).refused.any()  # the surer reading answered every one of them
+    decision = rule(both.predict(x))
+    assert decision.refused[one_way].all()  # the pool: split between the readings, refused
+    assert not decision.refused[~one_way].any() and (decision.prediction[~one_way] == 1).all()
 
 
 def test_the_inputs_remade_are_the_images_remade_as_the_network_reads_them(shared_data):
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     brightened = (images[:50].float() * 0.6 + 90).round().to(torch.uint8)
     assert torch.allclose(remade_inputs(normalize(brightened)), normalize(remade(brightened)), atol=1e-6)
+    assert remade_inputs(normalize(brightened).double()).dtype == torch.float64

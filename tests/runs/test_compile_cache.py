@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bnn_zoo.cli.train import main
+from bnn_zoo.core.errors import StorageError
 from bnn_zoo.runs import compile_cache
 from bnn_zoo.runs.compile_cache import CACHE_ENV, TORCH_ENV, folder, mark, warm
 
@@ -84,3 +85,115 @@ def test_a_second_process_loads_the_compiled_step_the_first_compiled(tmp_path):
     off, _ = compiled_run(tmp_path, "off", "seed=2", "train.compile_cache=false")
     assert off == {"fx": 0, "aot": 0}
     assert len(list((tmp_path / "cache" / "bnn_zoo_steps").iterdir())) == 1  # the one step, noted once
+
+
+# -- what the folder holds runs: only a folder no one else can have written is used ---------------
+
+def refusal(monkeypatch, place) -> str:
+    monkeypatch.setenv(CACHE_ENV, str(place))
+    with pytest.raises(StorageError) as refused:
+        compile_cache.check()
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("mode, writers", [(0o777, "its group and others"), (0o775, "its group"), (0o757, "others")])
+def test_a_cache_folder_others_can_write_is_refused(monkeypatch, tmp_path, mode, writers):
+    place = tmp_path / "shared"
+    place.mkdir()
+    place.chmod(mode)
+    assert refusal(monkeypatch, place) == (
+        f"the compile cache {place} is not yours alone ({place} is writable by {writers} (mode {mode:o})); it holds "
+        f"code that training runs: make it yours alone (chmod -R go-w {place}), name a folder of your own "
+        "(BNN_ZOO_CACHE=DIR), or train without it (train.compile_cache=false)")
+
+
+def test_a_file_others_can_write_is_refused_where_they_can_reach_it(monkeypatch, tmp_path):
+    """A group-writable file (torch's under umask 002) inside a folder closed to others cannot be
+    reached by them: used. Inside a folder they can pass through, it is refused."""
+    place = tmp_path / "cache"
+    graph = place / "fxgraph" / "ab" / "graph.py"
+    graph.parent.mkdir(parents=True)
+    graph.write_text("")
+    for inside in (place / "fxgraph", place / "fxgraph" / "ab"):
+        inside.chmod(0o775)
+    graph.chmod(0o664)
+    place.chmod(0o700)
+    monkeypatch.setenv(CACHE_ENV, str(place))
+    assert compile_cache.check() is True
+    place.chmod(0o755)
+    assert f"({place / 'fxgraph'} is writable by its group (mode 775))" in refusal(monkeypatch, place)
+    for inside in (place / "fxgraph", place / "fxgraph" / "ab"):
+        inside.chmod(0o755)
+    assert f"({graph} is writable by its group (mode 664))" in refusal(monkeypatch, place)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root (os.chown)")
+def test_a_cache_folder_or_a_file_another_user_owns_is_refused(monkeypatch, tmp_path):
+    place = tmp_path / "theirs"
+    place.mkdir(mode=0o700)
+    os.chown(place, 12345, -1)
+    assert refusal(monkeypatch, place) == (
+        f"the compile cache {place} is not yours alone ({place} belongs to another user (uid 12345)); it holds "
+        "code that training runs: name a folder of your own (BNN_ZOO_CACHE=DIR), or train without it "
+        "(train.compile_cache=false)")
+    os.chown(place, 0, -1)
+    planted = place / "graph.py"
+    planted.write_text("")
+    os.chown(planted, 12345, -1)  # planted before the folder was closed, say
+    assert f"({planted} belongs to another user (uid 12345))" in refusal(monkeypatch, place)
+
+
+def test_a_folder_of_your_own_is_used_and_a_missing_one_is_made_yours_alone(monkeypatch, tmp_path):
+    place = tmp_path / "mine"
+    place.mkdir(mode=0o700)
+    (place / "fxgraph").mkdir(mode=0o755)
+    (place / "fxgraph" / "graph.py").write_text("")
+    monkeypatch.setenv(CACHE_ENV, str(place))
+    assert compile_cache.check() is True
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "new" / "cache"))
+    assert compile_cache.check() is True
+    assert (tmp_path / "new" / "cache").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("kind", ["a file", "writable by others"])
+def test_a_refused_cache_stops_training_before_the_run_folder_is_made(monkeypatch, tmp_path, capsys, kind):
+    """Issue 47: BNN_ZOO_CACHE naming a file left a half-made run folder that blocked the same
+    command until overwrite=true."""
+    place = tmp_path / "cache"
+    if kind == "a file":
+        place.write_text("not a folder")
+    else:
+        place.mkdir(mode=0o777)
+        place.chmod(0o777)
+    monkeypatch.setenv(CACHE_ENV, str(place))
+    run = tmp_path / "run"
+    assert main(["toy_mlp", f"run_dir={run}", "train.epochs=1", "train.progress=false", "device=cpu"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()
+    assert len(last) == 1 and last[0].startswith(f"error: the compile cache {place} is ")
+    assert not run.exists()
+
+
+def test_a_cache_path_with_a_space_is_not_used_and_the_note_names_it(monkeypatch, tmp_path):
+    """Issue 47: torch's C++ build failed in a folder whose path holds a space, and its note did not
+    name the folder: the run keeps no compiled steps there, and says so in one line."""
+    place = tmp_path / "my cache"
+    said = []
+    monkeypatch.setenv(CACHE_ENV, str(place))
+    monkeypatch.setenv(TORCH_ENV, str(place))
+    with compile_cache.compile_cache(True, said.append):
+        assert TORCH_ENV not in os.environ  # torch's own folder, not the spaced one
+        mark("mnist_mlp, batch 128")
+    assert os.environ[TORCH_ENV] == str(place) and not place.exists() and not warm("mnist_mlp, batch 128")
+    assert said == [f"note: compiled steps are not kept: the compile cache folder {place} has white space in its path, "
+                    "which torch's C++ build cannot take (BNN_ZOO_CACHE=DIR names a folder without)"]
+
+
+@pytest.mark.slow  # a compile: half a minute on two cores
+def test_training_compiles_where_the_cache_path_holds_a_space(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "bnn_zoo.train", "toy_mlp", f"run_dir={tmp_path / 'run'}", "device=cpu",
+                           "train.epochs=2", "train.capture=compile", "train.progress=false", "train.twin=false",
+                           "train.test_samples=4"], capture_output=True, text=True,
+                          env={**os.environ, CACHE_ENV: str(tmp_path / "my cache")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"the compile cache folder {tmp_path / 'my cache'} has white space" in done.stdout
+    assert "torch.compile failed" not in done.stdout + done.stderr

@@ -11,21 +11,20 @@ from bnn_zoo.runs.checkpoint import CALIBRATION, read, save_atomic
 
 # (what is done to a calibration, what the refusal says of it)
 TAMPERED = {
-    "a 400-digit integer": (lambda c: c["bayes"]["alarm"]["scores"].__setitem__(3, 10 ** 400),
-                            f"bayes: its alarm reference's score 4 is 1{'0' * 59}...: an entropy is a number of bits "
-                            "from 0 to log2(10) = 3.3219"),  # cut to 60 characters
-    "a negative entropy": (lambda c: c["bayes"]["alarm"]["scores"].__setitem__(0, -0.5),
-                           "bayes: its alarm reference's score 1 is -0.5: an entropy is a number of bits from 0 to "
-                           "log2(10) = 3.3219"),
-    "an entropy above log2(10)": (lambda c: c["twin"]["alarm"]["scores"].__setitem__(2, 3.5),
-                                  "twin: its alarm reference's score 3 is 3.5: an entropy is a number of bits from 0 "
-                                  "to log2(10) = 3.3219"),
+    "a refusal rate that is no share": (lambda c: c["bayes"]["validation"].__setitem__("refused", 1.5),
+                                        "bayes: its rule's share of validation refused is 1.5, not a number from 0 to 1"),
+    "an after-alarm rule without its rate": (lambda c: c["twin"]["after_alarm"]["validation"].pop("refused"),
+                                             "twin: its after-alarm rule's share of validation refused is None, not a "
+                                             "number from 0 to 1"),
     "a part that is a list": (lambda c: c.__setitem__("twin", [1, 2]), "its twin entry is [1, 2], not a mapping"),
-    "a reference that is a list": (lambda c: c["bayes"].__setitem__("alarm", [{"a": 1}]),
-                                   "bayes: an alarm reference holds the signal 'entropy' and a list of scores, got "
-                                   "[{'a': 1}]"),
     "an after-alarm rule without its threshold": (lambda c: c["bayes"]["after_alarm"]["rule"].pop("threshold"),
                                                   "bayes: its after-alarm rule lacks 'threshold'"),
+    # issue 47: a null rule passed the check and failed later with a TypeError; an empty entry said "(None)"
+    "a null after-alarm rule": (lambda c: c["bayes"]["after_alarm"].__setitem__("rule", None),
+                                "bayes: its after-alarm rule is None, not a rule"),
+    "a null rule": (lambda c: c["twin"].__setitem__("rule", None), "twin: its rule is None, not a rule"),
+    "an empty after-alarm entry": (lambda c: c["bayes"].__setitem__("after_alarm", {}),
+                                   "bayes: its after-alarm entry holds neither a rule nor why none is certified ({})"),
 }
 
 
@@ -57,7 +56,7 @@ def test_a_tampered_run_calibration_is_refused_by_name_in_one_line(certified_run
     assert capsys.readouterr().err == f"error: {expected}\n"
 
 
-@pytest.mark.parametrize("how", ["a 400-digit integer", "a reference that is a list", "a part that is a list"])
+@pytest.mark.parametrize("how", ["a refusal rate that is no share", "an after-alarm rule without its rate", "a part that is a list"])
 def test_a_tampered_shipped_calibration_is_refused_by_name_and_the_page_says_so(shipped_copy, tmp_path, monkeypatch,
                                                                                 how):
     from starlette.testclient import TestClient
@@ -82,14 +81,45 @@ def test_a_tampered_shipped_calibration_is_refused_by_name_and_the_page_says_so(
     assert (reply.status_code, reply.json()) == (400, {"error": expected})  # not a 500
 
 
+@pytest.mark.parametrize("loosened, looser", [({"threshold": 0.0}, "a lower threshold"),
+                                               ({"quantile": 0.9}, "a higher quantile"),
+                                               ({"signal": None, "cut": None}, "another gate and another cut"),
+                                               ({"cut": 5.0, "quantile": 0.6}, "a higher quantile and another cut")])
+def test_an_after_alarm_rule_that_does_not_tighten_the_rule_is_refused(loosened, looser):
+    """Issue 47: an after-alarm rule hand-loosened below the certified one answered inputs while
+    listing the rule that refused them, its line still "held to the stricter after-alarm rule"."""
+    from bnn_zoo.abstain.rule import Rule
+
+    rule = Rule(0.5, 0.85, "mutual_information", 0.46)
+    strict = {**Rule(0.02, 0.9, "mutual_information", 0.46).to_dict()}
+    refused = {"refused": 0.02}
+    entry = {"rule": rule.to_dict(), "validation": refused, "after_alarm": {"rule": strict, "validation": refused}}
+    assert loading.checked_calibration({"bayes": entry}, "here", "fix") == {"bayes": entry}  # a tightening
+    entry["after_alarm"]["rule"] = {**strict, **loosened}
+    with pytest.raises(CheckpointError) as refused:
+        loading.checked_calibration({"bayes": entry}, "here", "fix it")
+    loose = Rule.from_dict(entry["after_alarm"]["rule"])
+    assert str(refused.value) == (f"here is not a calibration bnn-zoo wrote (bayes: its after-alarm rule "
+                                  f"({loose.in_words()}) does not tighten its rule ({rule.in_words()}): it has "
+                                  f"{looser}); fix it")
+
+
+def test_an_after_alarm_rule_without_a_rule_is_refused():
+    from bnn_zoo.abstain.rule import Rule
+
+    entry = {"after_alarm": {"rule": Rule(0.02, 0.9).to_dict()}}
+    with pytest.raises(CheckpointError, match=r"\(bayes: it holds an after-alarm rule but no certified rule for it to "
+                                              r"tighten\)"):
+        loading.checked_calibration({"bayes": entry}, "here", "fix")
+
+
 def test_a_calibration_that_is_not_a_mapping_is_refused(tmp_path):
     path = tmp_path / CALIBRATION
     path.write_text("[1, 2]")
     with pytest.raises(CheckpointError, match=r"calibration.json is not a calibration bnn-zoo wrote \(it holds "
                                               r"\[1, 2\], not a mapping of posteriors\); delete it or write it again"):
         loading.read_calibration(path)
-    assert loading.checked_calibration({"bayes": {"alarm": {"signal": "entropy", "scores": [3.3219]}}}, "here", "",
-                                       classes=10)
-    with pytest.raises(CheckpointError, match="score 1 is 3.3219: an entropy is a number of bits from 0 to log2"):
-        loading.checked_calibration({"bayes": {"alarm": {"signal": "entropy", "scores": [3.3219]}}}, "here", "",
-                                    classes=9)
+    rule = {"quantile": 0.5, "threshold": 0.2, "signal": None, "cut": None}
+    assert loading.checked_calibration({"bayes": {"rule": rule, "validation": {"refused": 0.02}}}, "here", "")
+    with pytest.raises(CheckpointError, match="its rule's share of validation refused is True, not a number"):
+        loading.checked_calibration({"bayes": {"rule": rule, "validation": {"refused": True}}}, "here", "")

@@ -160,3 +160,32 @@ def test_nothing_reads_a_tensor_on_the_host_between_the_steps_of_an_epoch(captur
     log = capsys.readouterr().out
     assert "runs uncompiled" not in log and "runs uncaptured" not in log
     assert f"train.capture={capture}" in log
+
+
+def test_each_phase_trains_on_its_minibatches_augmented_with_the_epoch_s_draws(shared_data, tmp_path, monkeypatch):
+    """train with an augment section: every step of both phases gets its minibatch as the loop sliced
+    it, then augmented by the run's Augment with its epoch's generator (one per epoch, in step order:
+    what a resumed run and every rank draw alike); validation and test read the images as they are."""
+    from bnn_zoo.data.augment import Augment, AugmentConfig
+    from bnn_zoo.data.config import DataConfig
+
+    sliced, seen, recorded = [], [], TensorSet.batches
+
+    def batches(self, batch_size, shuffle=True, generator=None):
+        for xb, yb in recorded(self, batch_size, shuffle, generator):
+            sliced.append(xb.clone())
+            yield xb, yb
+
+    monkeypatch.setattr(TensorSet, "batches", batches)
+    for phase in (BayesPhase, TwinPhase):
+        monkeypatch.setattr(phase, "loss", lambda self, x, y, loss=phase.loss: seen.append(x.clone()) or loss(self, x, y))
+    cfg = tiny_config("lenet", **{"run_dir": str(tmp_path / "run"), "data.root": str(shared_data), "train.epochs": 2,
+                                  "train.batch_size": 128, "train.capture": "eager", "augment.rotate": 20,
+                                  "augment.noise": 0.1, "abstention.certify": "false", "seed": 4})
+    train(cfg)
+    assert len(sliced) == len(seen) == 2 * 2 * 2  # two phases, two epochs, two minibatches of the 256 images
+    augment = Augment.of(AugmentConfig(rotate=20.0, noise=0.1), DataConfig(name="mnist"), seed=4)
+    for first in range(0, 8, 2):  # an epoch's two steps draw from its generator in turn
+        draws = augment.generator(first // 2 % 2, "cpu")
+        for i in (first, first + 1):
+            assert torch.equal(seen[i], augment(sliced[i], draws))

@@ -12,10 +12,14 @@ from bnn_zoo.runs.loading import load
 
 def test_a_run_s_stream_holds_its_rule_alarm_and_after_alarm_rule(certified_run):
     trained = load(certified_run)
-    stream = trained.stream("bayes", seed=3)
+    stream = trained.stream("bayes", alpha=0.05)
     after = Rule.from_dict(trained.calibration["bayes"]["after_alarm"]["rule"])
     assert stream.rule == trained.rules["bayes"] and stream.after_alarm == after and stream.acting
-    assert stream.alarm.seed == 3 and stream.alarm.seen == 0
+    assert stream.alarm.alpha == 0.05 and stream.alarm.seen == 0
+    entry = trained.calibration["bayes"]
+    assert stream.alarm.watched["refused"].rate == entry["validation"]["refused"]  # what the alarm watches
+    assert stream.alarm.watched["held"].rule == after
+    assert stream.alarm.watched["held"].rate == entry["after_alarm"]["validation"]["refused"]
     assert stream.advice == ("to answer inputs like these under a guarantee, train and certify a run on labelled ones "
                              "like them (python -m bnn_zoo.train mnist_mlp data.name=folder data.path=DIR, a folder "
                              "per class: its validation split certifies it)")
