@@ -201,7 +201,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     held = torch.arange(1, 51) >= expected_at
     plain, strict = rule(probs), after(probs)
     only_after = (held & strict.refused & ~plain.refused).nonzero().flatten().tolist()
-    assert only_after and min(only_after) >= 20  # ordinary digits, held to the after-alarm rule
+    assert any(i >= 20 for i in only_after)  # ordinary digits too, held to the after-alarm rule
     assert [i for i, a in enumerate(found["answers"]) if a["refused_by"] == ["after_alarm_rule"]] == only_after
     assert [a["after_alarm"] for a in found["answers"]] == held.tolist()
     assert all(a["answer"] == (None if plain.refused[i] else int(plain.prediction[i]))
