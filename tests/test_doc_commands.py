@@ -83,7 +83,11 @@ RUN = [
     ("python -m bnn_zoo.train lenet model.reparam=local", {}, f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet train.members=3", {}, f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet", {}, f"{IMAGES} {AGAIN}"),
+    ("python -m bnn_zoo.train lenet train.threads=1", {}, f"{IMAGES} {AGAIN}"),
+    ("python -m bnn_zoo.train lenet data.train_limit=2000 train.epochs=1 augment.rotate=15 augment.noise=0.1", {},
+     f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.certify runs/lenet", {}, ""),
+    ("python -m bnn_zoo.certify RUN", {"RUN": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN_DIR", {"RUN_DIR": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN_DIR --alpha 0.01 --set-score thr", {"RUN_DIR": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN --data-root DIR", {"RUN": "runs/lenet", "DIR": DATA}, ""),
@@ -230,7 +234,12 @@ NOT_RUN = {
     "python scripts/ship_posterior.py RUN NAME --test-size 10000": "rewrites a shipped posterior (tests/test_scripts.py)",
     "python scripts/ship_sets.py lenet mnist_mlp lenet_fashion": "rewrites the shipped posteriors (tests/test_scripts.py)",
     "python scripts/ship_sets.py mnist_mlp lenet_fashion --after-alarm-only": "rewrites the shipped posteriors",
-    "python scripts/ship_sets.py lenet --recertify --override data.remade=true": "rewrites the shipped posteriors",
+    "python scripts/ship_posterior.py RUN lenet": "rewrites the posteriors shipped inside the package (tests/test_scripts.py)",
+    "python scripts/ship_sets.py lenet --recertify": "rewrites the shipped posteriors (tests/test_scripts.py)",
+    "curl --data-binary @bnn_zoo/shipped/seven.png http://127.0.0.1:8000/api/answer":
+        "asks a running server (python -m bnn_zoo.serve); tests/page/test_page.py sends the same body to the app",
+    'curl -F file=@bnn_zoo/shipped/seven.png "http://127.0.0.1:8000/api/answer?samples=200"':
+        "asks a running server; tests/page/test_page.py sends the same multipart form to the app",
     "python scripts/compile_cache.py": "compiles two training steps, minutes on a CPU (tests/test_scripts.py runs it)",
     # not whole commands: a name in prose, a pattern, a command cut short
     "python -m bnn_zoo.certify": "the command's name in prose (its --help: test_documented_names.py)",

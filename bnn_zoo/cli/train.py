@@ -83,7 +83,7 @@ def train(cfg: DictConfig) -> dict:
     if plan.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
         check_network_fits(plan)
     ranks = Ranks.from_env(plan.seed)
-    ranks.check(plan.train.members, plan.infer)
+    ranks.check(plan.infer)
     device = ranks.device(pick_device(plan.device))
     run = Run(plan.run_dir)
     # the compile cache checked before the run directory is claimed: a folder refused leaves nothing behind
@@ -100,12 +100,17 @@ def train(cfg: DictConfig) -> dict:
         if plan.data.name in OWN_DATA:
             check_network_fits(plan)
         check_fitted_kinds(plan, len(splits.train))  # before the first epoch, not after the run
+        if ranks.main:
+            _begin(run, plan, stored)
+            trust_given(plan.arch, dict(plan.networks.model.kwargs), log)  # built, and started: its runs rebuild it
+        # which members have begun, as rank 0 finds them after the old run's files went (overwrite=true)
+        started = ranks.shared([run.member(i).checkpoint.is_file() for i in range(1, plan.train.members)])
+        members = [member_plan(plan, run.member(i), begun) for i, begun in enumerate(started, 1)]
         if not ranks.main:  # rank 0 writes the run directory, and alone goes on after training
-            return train_network(plan, run, splits, device, stored, ranks)
-        _begin(run, plan, stored)
-        trust_given(plan.arch, dict(plan.networks.model.kwargs), log)  # built, and started: its runs rebuild it
-        # after the old run's files went (overwrite=true), before any member trains
-        members = [member_plan(plan, run.member(i)) for i in range(1, plan.train.members)]
+            results = train_network(plan, run, splits, device, stored, ranks)
+            for i, member in enumerate(members, 1):
+                train_member(member, i, splits, device, ranks)
+            return results
         if inferred:
             log(f"data.name={plan.data.name}, inferred from data.path={inferred} (data.name=folder, tensors or csv "
                 "says otherwise)")
@@ -113,7 +118,7 @@ def train(cfg: DictConfig) -> dict:
             f"guide {plan.networks.model.guide}, run directory {run.dir}{ranks}")
         metrics = {"config": plan.stored(), **train_network(plan, run, splits, device, stored, ranks)}
         if members:
-            metrics["members"] = [train_member(member, i, splits, device) for i, member in enumerate(members, 1)]
+            metrics["members"] = [train_member(member, i, splits, device, ranks) for i, member in enumerate(members, 1)]
         if plan.infer == "nuts":
             metrics["hmc"] = run_hmc(plan, splits, run)
         if plan.train.posteriors or run.fitted.is_file():
@@ -160,27 +165,29 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
     return results
 
 
-def member_plan(plan: Plan, member: Run) -> Plan:
+def member_plan(plan: Plan, member: Run, started: bool) -> Plan:
     """The plan of an ensemble member: the ensemble's, in its own run directory, continued where
-    it has a checkpoint (a resumed or extended ensemble trains only what is missing) and started
-    afresh where it has none (a member interrupted before its first checkpoint)."""
-    started = member.checkpoint.is_file()
+    it has ``started`` (a checkpoint: a resumed or extended ensemble trains only what is missing) and
+    started afresh where not (a member interrupted before its first checkpoint)."""
     return Plan.of(make_config(config_dict(plan.config), {
         "run_dir": str(member.dir), "resume": str(member.dir) if started else None, "overwrite": not started,
         "train": {"members": 1, "posteriors": []}, "abstention": {"certify": False}}), held_beside(plan.data))
 
 
-def train_member(plan: Plan, index: int, splits: Splits, device) -> dict:
+def train_member(plan: Plan, index: int, splits: Splits, device, ranks: Ranks = Ranks()) -> dict:
     """Ensemble member ``index`` (its ``member_plan``): the same phases as member 0, seeded
-    seed + index, on the same data; its test figures."""
+    seed + index, on the same data and the same ranks (rank 0 writes its run); its test figures."""
     run = Run(plan.run_dir)
-    log(f"ensemble member {index} (seed {plan.seed + index}) in {run.dir}")
-    with run.claim(plan.overwrite, resuming=bool(plan.resume)):
+    ranks.said(log)(f"ensemble member {index} (seed {plan.seed + index}) in {run.dir}")
+    with ExitStack() as held:
+        ranks.on_main(lambda: held.enter_context(run.claim(plan.overwrite, resuming=bool(plan.resume))))
         stored = read_for_resume(plan.config, run.checkpoint, device) if plan.resume else None
         pyro.set_rng_seed(plan.seed + index)
-        _begin(run, plan, stored)
-        results = train_network(plan, run, splits, device, stored)
-        _finish(run, {"config": plan.stored(), **results})
+        if ranks.main:
+            _begin(run, plan, stored)
+        results = train_network(plan, run, splits, device, stored, ranks.of_member(index))
+        if ranks.main:
+            _finish(run, {"config": plan.stored(), **results})
     return {part: {k: v for k, v in figures.items() if k != "history"} for part, figures in results.items()}
 
 

@@ -85,10 +85,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
     check_fits(cfg, data)
-    trouble = augment_problem(cfg.augment)
-    if trouble is None and OmegaConf.to_object(cfg.augment).active and (data == "csv" or data in TOY_DATA):
-        trouble = f"bad config section 'augment': it transforms images, and this run reads {data}: leave it out"
-    if trouble is not None:
+    if (trouble := augment_problem(cfg.augment)) is not None:
         raise ConfigError(trouble)
     if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
         raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "

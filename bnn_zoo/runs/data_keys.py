@@ -22,7 +22,8 @@ from .schema import Config
 
 # key, or a whole section: (the data it fits, data.name's values; what it does, as a refusal says it).
 # A recipe's value of one is kept where its run reads such data, and left at the default elsewhere.
-FITS_DATA = {"data.remade": (("mnist",), "it reads inputs as MNIST's digits were made")}
+FITS_DATA = {"data.remade": (("mnist",), "it reads inputs as MNIST's digits were made"),
+             "augment": (("mnist", "fashion_mnist", "folder", "tensors"), "it transforms images")}
 # What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
 DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
 
@@ -65,7 +66,8 @@ def fitted_to_data(base: DictConfig, overrides: list[str], source: str, reads: C
     command line (``overrides``) does not, left at its default where the run reads data it does
     not fit (``reads()``: that data, None where it cannot be told yet), said in a line on stderr."""
     given = {override.partition("=")[0].strip() for override in overrides}
-    held = [key for key in FITS_DATA if key not in given and OmegaConf.select(base, key) not in (None, default_of(key))]
+    set_here = lambda key: any(g == key or g.startswith(f"{key}.") for g in given)  # noqa: E731 (a section's keys too)
+    held = [key for key in FITS_DATA if not set_here(key) and OmegaConf.select(base, key) not in (None, default_of(key))]
     data = reads() if held else None  # only then: telling it may import a network by name
     if data is None:
         return base
@@ -75,6 +77,8 @@ def fitted_to_data(base: DictConfig, overrides: list[str], source: str, reads: C
             section, _, name = key.rpartition(".")
             value = OmegaConf.select(base, key)
             (OmegaConf.select(base, section) if section else base).pop(name)  # a key, or a whole section
-            say_once(f"note: {source} sets {key}={_shown(value)}, which fits {' and '.join(FITS_DATA[key][0])} "
-                     f"only; this run reads {data}, so it is left at {key}={_shown(default_of(key))}")
+            fits = FITS_DATA[key][0]
+            left = "left out" if isinstance(value, DictConfig) else f"left at {key}={_shown(default_of(key))}"
+            say_once(f"note: {source} sets {key}={_shown(value)}, which fits "
+                     f"{', '.join(fits[:-1]) + ' or ' if fits[:-1] else ''}{fits[-1]} only; this run reads {data}, so it is {left}")
     return base

@@ -24,7 +24,7 @@ import gc
 import os
 import traceback
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Callable, Iterator, TypeVar
 
@@ -89,12 +89,25 @@ class Ranks:
         """A rank's own GPU (its LOCAL_RANK) where the run trains on GPUs; the CPU stays the CPU."""
         return torch.device("cuda", self.local_rank) if self.launched and device.type == "cuda" else device
 
-    def check(self, members: int, infer: str) -> None:
-        """What a run on several ranks cannot do: ensembles and NUTS, one-process jobs."""
-        if self.size > 1 and (members > 1 or infer != "svi"):
-            raise ConfigError(f"torchrun trains one network on {self.size} ranks; train.members={members} and "
-                              f"infer={infer} run in one process: launch them without torchrun, or set "
-                              "train.members=1 infer=svi")
+    def check(self, infer: str) -> None:
+        """What a run on several ranks cannot do: NUTS, a one-process job (an ensemble's members
+        train one after another, each on every rank)."""
+        if self.size > 1 and infer != "svi":
+            raise ConfigError(f"torchrun trains by SVI on {self.size} ranks; infer={infer} runs in one process: "
+                              "launch it without torchrun, or set infer=svi")
+
+    def of_member(self, index: int) -> "Ranks":
+        """The ranks as ensemble member ``index`` trains on them: its minibatch order and draws from
+        its own seed (the run's seed + index), as a member trained alone draws them."""
+        return replace(self, seed=self.seed + index)
+
+    def shared(self, value: T) -> T:
+        """Rank 0's ``value`` on every rank (what rank 0 read of the run directory, say)."""
+        if self.size == 1:
+            return value
+        held = [value]
+        dist.broadcast_object_list(held, src=0)
+        return held[0]
 
     @contextmanager
     def joined(self, device: torch.device) -> Iterator[None]:
@@ -181,11 +194,7 @@ class Ranks:
 
     def agree(self, flag: bool) -> bool:
         """Rank 0's ``flag`` on every rank (whether to stop early: only rank 0 validates)."""
-        if self.size == 1:
-            return flag
-        held = [flag]
-        dist.broadcast_object_list(held, src=0)
-        return bool(held[0])
+        return bool(self.shared(flag))
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of a tensor over the ranks (an epoch's loss, for the log)."""

@@ -136,10 +136,11 @@ def test_evaluate_without_corruptions_or_on_other_data_says_so(certified_run, sh
     assert all(r.shift == {} for r in none.posteriors.values()) and "shift" not in none.to_dict()["posteriors"]["bayes"]
 
 
-@pytest.mark.parametrize("corruption", ["rotate", "zigzag"])
+@pytest.mark.parametrize("corruption", ["stripe", "zigzag"])
 def test_the_shipped_twin_s_alarm_sounds_on_a_corruption_and_not_on_clean_test_inputs(shared_data, corruption):
     """The shipped lenet's twin against the validation inputs it was certified on: silent on 300 MNIST
-    test digits, sounding within 300 corrupted ones."""
+    test digits, sounding within 300 corrupted ones (corruptions it never saw in training: rotated
+    digits it was trained on, and reads)."""
     trained = load("lenet")
     twin = posteriors(trained)["twin"]
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)

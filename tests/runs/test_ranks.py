@@ -1,5 +1,6 @@
 """Training on several ranks (bnn_zoo.runs.ranks): two gloo processes on this CPU."""
 import gc
+import json
 import os
 import re
 import signal
@@ -157,6 +158,33 @@ def test_a_two_rank_run_killed_resumes_to_the_uninterrupted_one(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_ensemble_trains_each_member_on_every_rank(tmp_path):
+    """``torchrun ... lenet`` with the recipe's three members: each member trains in turn on all the
+    ranks, from its own seed. On one rank each member ends at the weights of the plain run's, draw for
+    draw; on two, rank 0 alone says and writes each, and the ensemble is tested and certified."""
+    settings = ["toy_mlp", "train.members=2", "train.epochs=30", "train.eval_every=15", "train.progress=false",
+                "train.twin=false"]
+    one = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(_free_port()),
+           "-m", "bnn_zoo.train", *settings, f"run_dir={tmp_path / 'ranked'}"]
+    done = subprocess.run(one, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plain = subprocess.run([sys.executable, "-m", "bnn_zoo.train", *settings, f"run_dir={tmp_path / 'plain'}"], cwd=ROOT,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    for folder in (Path(), Path("members") / "1"):
+        a, b = read(tmp_path / "ranked" / folder / CHECKPOINT), read(tmp_path / "plain" / folder / CHECKPOINT)
+        assert all(torch.equal(value, b["guide"][name]) for name, value in a["guide"].items()), folder
+    two = _torchrun(*settings, f"run_dir={tmp_path / 'two'}")
+    out = two.communicate(timeout=300)[0]
+    assert two.returncode == 0, out
+    assert out.count("ensemble member 1 (seed 1)") == 1 and "ensemble" in json.loads(
+        (tmp_path / "two" / "metrics.json").read_text())
+    member, first = read(tmp_path / "two" / "members" / "1" / CHECKPOINT), read(tmp_path / "two" / CHECKPOINT)
+    name = next(iter(first["guide"]))
+    assert member["epoch"] == 30 and not torch.equal(member["guide"][name], first["guide"][name])  # its own seed
+
+
+@pytest.mark.slow
 def test_one_rank_under_torchrun_trains_through_ddp_as_one_process_trains(tmp_path):
     """torchrun with one rank takes the distributed path (a process group, DDP; NCCL on a GPU, which
     scripts/gpu_check.py runs): it ends at the weights of the plain run, draw for draw."""
@@ -216,11 +244,10 @@ def test_torchrun_without_the_data_stops_every_rank_with_one_line_and_exit_code_
 
 
 def test_what_several_ranks_cannot_do_is_named():
-    with pytest.raises(ConfigError, match="train.members=3 and infer=svi run in one process"):
-        Ranks(0, 2).check(members=3, infer="svi")
-    with pytest.raises(ConfigError, match="infer=nuts run in one process"):
-        Ranks(1, 2).check(members=1, infer="nuts")
-    Ranks().check(members=3, infer="nuts")  # one process: all of it
+    Ranks(0, 2).check(infer="svi")  # an ensemble too: its members train one after another on every rank
+    with pytest.raises(ConfigError, match=r"^torchrun trains by SVI on 2 ranks; infer=nuts runs in one process"):
+        Ranks(1, 2).check(infer="nuts")
+    Ranks().check(infer="nuts")  # one process: all of it
     for env, message in (({"WORLD_SIZE": "two"}, "must be integers"), ({"WORLD_SIZE": "2", "RANK": "2"}, "is no rank")):
         with pytest.raises(ConfigError, match=message):
             os.environ.update(env)
