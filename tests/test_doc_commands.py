@@ -84,6 +84,8 @@ RUN = [
     ("python -m bnn_zoo.train lenet train.members=3", {}, f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet", {}, f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet train.threads=1", {}, f"{IMAGES} {AGAIN}"),
+    ("python -m bnn_zoo.train lenet data.train_limit=6000 train.epochs=3 train.members=1 train.twin=false "
+     "abstention.certify=false train.threads=1", {}, f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet data.train_limit=2000 train.epochs=1 augment.rotate=15 augment.noise=0.1", {},
      f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.certify runs/lenet", {}, ""),
