@@ -229,7 +229,8 @@ class Evaluation:
     seen_in_training: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()}}
+        return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()},
+                "seen_in_training": list(self.seen_in_training)}  # as JSON holds it
 
     @classmethod
     def from_dict(cls, d: dict) -> "Evaluation":

@@ -47,7 +47,7 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
                *(f"ood/{n}/{k}" for n in ("notmnist", "noise") for k in per_set),
                *(f"shift/{c}/{k}" for c in CORRUPTIONS for k in ("refused", "accuracy_accepted", "wrong", "accuracy"))]
     assert len(figures) == 13 + 6 + 3 + 4 + 2 * 12 + 15 * 4 and set(figures) <= set(rows)
-    assert rows["test/alarm/stream"] == ["200"] * 3 and rows["shift/fog/alarm/alpha"] == ["0.0100"] * 3  # the alarm's
+    assert not [k for k in rows if "/alarm/" in k]  # an alarm watches a certified rule: this tiny run's sets answer
     # the same figures from the same draws, computed here (seed 0; MNIST test first, then notMNIST)
     trained = load(tiny_run, DEVICE)
     images, labels = load_torchvision("mnist", str(shared_data), train=False, download=False)
@@ -283,7 +283,7 @@ def test_a_shipped_posterior_is_evaluated_by_name_beside_you(shared_data, tmp_pa
                           "--data-root", str(shared_data)]) == 0
     written = json.loads((tmp_path / "lenet_fashion_eval.json").read_text())
     assert written["run_dir"] == "lenet_fashion" and set(written["posteriors"]["bayes"]["ood"]) == {"noise"}
-    assert "wrote every figure to lenet_fashion_eval.json\n" in capsys.readouterr().err  # says where, beside the table
+    assert "wrote every figure to lenet_fashion_eval.json;" in capsys.readouterr().err  # says where, beside the table
 
 
 @pytest.mark.parametrize("given", ["--data-root", "BNN_ZOO_DATA"])

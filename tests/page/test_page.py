@@ -456,7 +456,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
 
         assert answer_after(browser, draw_seven, "the answer to the drawing") == "7"
         assert by_id("twin-answer").text == "7"
-        assert by_id("shift").text.startswith("no shift alarm: the certified rule refused 0 of 1 input, where it refused")
+        assert by_id("shift").text.startswith("no shift alarm: the certified rule refused 0 of 1 input (0%), where it refused")
         dots = browser.execute_script("return document.querySelectorAll('#plot circle.sample').length")
         assert dots == 100 * 10  # every sample of every class
         assert browser.execute_script("return document.querySelectorAll('#threshold-line').length") == 1
