@@ -146,7 +146,6 @@ RUN = [
     ("python scripts/scoreboard.py lenet lenet_ladder --ood-size 2000 --near-size 1000", {}, BOARD),
     ("python scripts/scoreboard.py lenet lenet_ladder --out board --ood-size 2000 --near-size 1000", {}, BOARD),
     ("python scripts/scoreboard.py lenet mnist_mlp lenet_fashion", {}, BOARD),
-    ("python scripts/scoreboard.py lenet --ood-size 2000 --near-size 2000", {}, BOARD),
     ("python scripts/scoreboard.py lenet --ood-size 2000 --near-size 2000 --out board", {}, BOARD),
     ("python scripts/scoreboard.py lenet --samples S --ood-size 5000 --near-size 1000", {"S": "5"}, BOARD),
     ("python scripts/scoreboard.py lenet mnist_mlp lenet_fashion runs/lenet_ens3", {}, BOARD),
