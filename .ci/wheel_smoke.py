@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 import bnn_zoo
-import bnn_zoo.runs.config
+import bnn_zoo.runs.plans.config
 
 assert "site-packages" in bnn_zoo.__file__, f"bnn_zoo comes from {bnn_zoo.__file__}, not the installed wheel"
 trained = bnn_zoo.load("lenet")
@@ -34,7 +34,7 @@ assert found["errors"] == [] and found["alarm"]["alarm_at"] is None, (found["err
 seven_answer, noise_answer, example_answer = found["answers"]
 assert seven_answer["answer"] == 7 and noise_answer["answer"] is None, (seven_answer, noise_answer)
 assert example_answer["answer"] == 7, example_answer
-assert bnn_zoo.runs.config.load_config("lenet").arch == "lenet", "the configs are not in the wheel"
+assert bnn_zoo.runs.plans.config.load_config("lenet").arch == "lenet", "the configs are not in the wheel"
 print("predict:", seven_answer["label"], "for the seven;", "refused", noise_answer["refused_by"], "for the noise")
 
 server = subprocess.Popen([sys.executable, "-m", "bnn_zoo.serve", "--port", "8765"], stdout=subprocess.PIPE, text=True)

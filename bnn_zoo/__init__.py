@@ -19,17 +19,17 @@ from importlib.metadata import PackageNotFoundError, version
 from .abstain.conformal import ConformalSets, calibrate_sets
 from .abstain.shift import ShiftAlarm
 from .abstain.temperature import fit_temperature
-from .core.architectures import ARCHITECTURES, build, make_net, make_twin
-from .core.bnn import BayesianNet, bayesian
-from .core.elbo import TraceKL_ELBO
-from .core.guides import DirectAutoNormal, make_guide
-from .core.likelihoods import Categorical, Gaussian
-from .core.predictive import predict  # bnn_zoo/predict.py is the command line alone
-from .core.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
-from .core.reparam import LocalReparameterization
-from .core.twin import Twin
-from .runs.loading import load
-from .runs.trained import Trained, posteriors
+from .core.networks.architectures import ARCHITECTURES, build, make_net, make_twin
+from .core.networks.bnn import BayesianNet, bayesian
+from .core.inference.elbo import TraceKL_ELBO
+from .core.networks.guides import DirectAutoNormal, make_guide
+from .core.networks.likelihoods import Categorical, Gaussian
+from .core.inference.predictive import predict  # bnn_zoo/predict.py is the command line alone
+from .core.networks.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
+from .core.networks.reparam import LocalReparameterization
+from .core.networks.twin import Twin
+from .runs.storage.loading import load
+from .runs.storage.trained import Trained, posteriors
 
 
 def __getattr__(name: str):

@@ -21,12 +21,12 @@ import torch
 from bnn_zoo.abstain.shift import ShiftAlarm
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import ConfigError
-from bnn_zoo.core.predictive import seeded
+from bnn_zoo.core.inference.predictive import seeded
 from bnn_zoo.data.sets import run_data_root, run_split
 from bnn_zoo.evaluation.under_shift import corrupted_sets, default_shift
 from bnn_zoo.posterior import KINDS
-from bnn_zoo.runs.loading import load
-from bnn_zoo.runs.trained import posteriors
+from bnn_zoo.runs.storage.loading import load
+from bnn_zoo.runs.storage.trained import posteriors
 
 WITHIN = 50  # the alarm should sound within 50 inputs of a corrupted stream
 # Windows of the test set in its stored order, each a stream (first and last inputs, 0-based, end excluded)

@@ -62,7 +62,7 @@ def prediction_run(method: str, arch: str, device, num_samples: int, num_images:
     from pyro.infer import Predictive
 
     from bnn_zoo import build, predict
-    from bnn_zoo.core.architectures import architecture
+    from bnn_zoo.core.networks.architectures import architecture
 
     model, guide = build(arch, num_data=55000)
     model.to(device)
@@ -81,7 +81,7 @@ def measure(spec: dict) -> dict:
     """Run one measurement (in this process) and return its figures."""
     import torch
 
-    from bnn_zoo.runs.checks import pick_device
+    from bnn_zoo.runs.plans.checks import pick_device
 
     torch.manual_seed(0)
     device = pick_device(spec["device"])
@@ -105,10 +105,10 @@ def gradient_variance(spec: dict) -> dict:
 
     from bnn_zoo.core.errors import DataError
     from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.runs.checks import pick_device
-    from bnn_zoo.runs.config import load_config, resolved
-    from bnn_zoo.runs.phases import BayesPhase
-    from bnn_zoo.runs.plan import Plan
+    from bnn_zoo.runs.plans.checks import pick_device
+    from bnn_zoo.runs.plans.config import load_config, resolved
+    from bnn_zoo.runs.training.phases import BayesPhase
+    from bnn_zoo.runs.plans.plan import Plan
 
     device = pick_device(spec["device"])
     try:

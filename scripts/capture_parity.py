@@ -5,7 +5,7 @@ so the difference between the modes can be read against the spread between seeds
 
 The compiled step draws the same numbers as Pyro's step but rounds differently (fused float32
 arithmetic), so two runs of one seed drift apart over the epochs as two seeds would, only slower;
-``tests/core/test_captured_step.py`` checks the step itself against Pyro's to float tolerance.
+``tests/core/fast/test_captured_step.py`` checks the step itself against Pyro's to float tolerance.
 
 Usage: python scripts/capture_parity.py [--arch mnist_mlp] [--seeds 0 1] [--out runs/parity]
            [--json parity.json] [--override train.epochs=10 ...]
@@ -18,7 +18,7 @@ from pathlib import Path
 from bnn_zoo.cli import options as cli
 from bnn_zoo.cli.train import train
 from bnn_zoo.evaluation.evaluate import evaluate_run
-from bnn_zoo.runs.config import load_config
+from bnn_zoo.runs.plans.config import load_config
 
 MODES = ("compile", "eager")
 FIGURES = ("accuracy", "nll", "auroc notmnist", "auroc fashion_mnist")

@@ -1,7 +1,7 @@
 """Whether the compiled step draws Pyro's numbers on a GPU, and if not, why: LeNet's captured step
-(weight draws, as tests/core/test_captured_step.py's CUDA test) compiled four ways, each in a
+(weight draws, as tests/core/fast/test_captured_step.py's CUDA test) compiled four ways, each in a
 process of its own, all at once: its draws chained in Pyro's order or left to the compiler
-(``bnn_zoo.core.ordered_draws``), in a CUDA graph or not. At each of its first three calls (the
+(``bnn_zoo.core.fast.ordered_draws``), in a CUDA graph or not. At each of its first three calls (the
 CUDA graph's warm-up, recording and first replay) the loss and gradients are held against Pyro's
 own step from the same generator state, and the generator's state after both. Prints one JSON
 line: {variant: [{call, loss_gap, grad_gap, same_state, same}]}.
@@ -30,9 +30,9 @@ def measure(arch: str, order: bool, cuda_graphs: bool, device: str = "cuda") -> 
     import torch
     from torch import nn
 
-    import bnn_zoo.core.captured_step as captured_step
+    import bnn_zoo.core.fast.captured_step as captured_step
     from bnn_zoo import build
-    from bnn_zoo.core.elbo import TraceKL_ELBO
+    from bnn_zoo.core.inference.elbo import TraceKL_ELBO
 
     compiled = captured_step.Compiled
 

@@ -20,7 +20,7 @@ from _child import provenance
 
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import ConfigError
-from bnn_zoo.runs.files import write_atomic
+from bnn_zoo.runs.storage.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 

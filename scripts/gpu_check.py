@@ -24,7 +24,6 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from _child import provenance
+from _gpu_output import PYTEST_RESULT, failures, last_json
 from _gpu_report import SECTIONS, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,13 +76,6 @@ def run(command: list[str], timeout: float, **env) -> tuple[int, str, float]:
         tail = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
         code, out = -1, f"{tail}\ntimed out after {timeout:.0f} s"
     return code, out, time.perf_counter() - start
-
-
-def last_json(text: str):
-    for line in reversed(text.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise ValueError(f"no JSON line in its output: {text[-300:]}")
 
 
 class Check:
@@ -172,18 +165,6 @@ def check_tests(c: Check) -> dict:
                                                                    if PYTEST_RESULT.search(line)), ""),
             "outcomes": outcomes, "failed": [line for line in outcomes if line.startswith(("FAILED", "ERROR"))],
             **({} if code == 0 else {"tail": failures(out)})}
-
-
-PYTEST_RESULT = re.compile(r"\d+ (passed|failed|error)")
-
-
-def failures(out: str, most: int = 2500) -> str:
-    """pytest's FAILURES section (each failure's short traceback and reason), not the warnings and
-    logs printed after it; the output's end where it has none (a crash before the summary)."""
-    start, end = out.find("= FAILURES ="), out.find("short test summary info")
-    if 0 <= start < end:
-        return out[out.rfind("\n", 0, start) + 1:end][:most]
-    return out[-most:]
 
 
 def check_profile(c: Check) -> dict:

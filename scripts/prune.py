@@ -13,13 +13,13 @@ import pyro
 from bnn_zoo import predict
 from bnn_zoo.abstain.rule import Rule
 from bnn_zoo.cli import options as cli
-from bnn_zoo.core.predictive import seeded
-from bnn_zoo.core.pruning import SCORES, posterior_loc_scale, prune_masks
+from bnn_zoo.core.inference.predictive import seeded
+from bnn_zoo.core.networks.pruning import SCORES, posterior_loc_scale, prune_masks
 from bnn_zoo.data.inputs import pixel_inputs
-from bnn_zoo.data.ood_sets import ood_images
-from bnn_zoo.evaluation import plots
+from bnn_zoo.data.shifted.ood_sets import ood_images
+from bnn_zoo.evaluation.figures import plots
 from bnn_zoo.evaluation.evaluate import in_distribution, load_for_evaluation
-from bnn_zoo.runs.files import write_atomic
+from bnn_zoo.runs.storage.files import write_atomic
 
 LEVELS = [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99]
 COLUMNS = {"accuracy": "accuracy", "nll": "NLL", "refused_mnist": "refused MNIST",

@@ -10,10 +10,10 @@ import sys
 import pyro
 
 from bnn_zoo.cli import options as cli
-from bnn_zoo.core.predictive import seeded
+from bnn_zoo.core.inference.predictive import seeded
 from bnn_zoo.evaluation.evaluate import InDistribution, in_distribution, load_for_evaluation
-from bnn_zoo.runs.loading import load, ship
-from bnn_zoo.runs.trained import gate_density, posteriors, sampled_probs
+from bnn_zoo.runs.storage.loading import load, ship
+from bnn_zoo.runs.storage.trained import gate_density, posteriors, sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)

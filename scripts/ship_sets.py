@@ -7,7 +7,7 @@ and what it does on validation. ``--after-alarm-only`` adds the
 after-alarm rule (``bnn_zoo.abstain.after_alarm``) beside each rule the file holds, certified nested
 in that rule on the same split and draws, at its risk and delta (a density gate's from the cuts and
 scores certification gives it), and keeps the rest as it shipped. Every file it writes holds no
-folder of the machine that built it (``bnn_zoo.runs.portable``); ``--portable`` rewrites the files
+folder of the machine that built it (``bnn_zoo.runs.storage.portable``); ``--portable`` rewrites the files
 shipped before so, and nothing else (no data needed: weights, calibration and the weights' digests
 stay as they were).
 
@@ -24,15 +24,15 @@ import pyro
 
 from bnn_zoo.abstain.rule import DENSITY, Rule
 from bnn_zoo.cli import options as cli
-from bnn_zoo.cli.certify import after_alarm_entry, after_alarm_line, certify_trained, validation_set
-from bnn_zoo.core.predictive import seeded
+from bnn_zoo.evaluation.certification import after_alarm_entry, after_alarm_line, certify_trained, validation_set
+from bnn_zoo.core.inference.predictive import seeded
 from bnn_zoo.posterior import KINDS, TWIN_SCALED, certifying
-from bnn_zoo.runs.checkpoint import read, save_atomic, stored_beside, stored_config
-from bnn_zoo.runs.config import make_config
-from bnn_zoo.runs.loading import SHIPPED, load, shipped_names
-from bnn_zoo.runs.plan import Plan
-from bnn_zoo.runs.portable import make_portable, portable
-from bnn_zoo.runs.trained import posteriors, sampled_probs
+from bnn_zoo.runs.storage.checkpoint import read, save_atomic, stored_beside, stored_config
+from bnn_zoo.runs.plans.config import make_config
+from bnn_zoo.runs.storage.loading import SHIPPED, load, shipped_names
+from bnn_zoo.runs.plans.plan import Plan
+from bnn_zoo.runs.storage.portable import make_portable, portable
+from bnn_zoo.runs.storage.trained import posteriors, sampled_probs
 
 
 @pyro.settings.context(module_local_params=True)

@@ -25,13 +25,13 @@ def profile(arch: str, capture: str, device_name: str, batch_size: int, steps: i
     from torch._dynamo.utils import counters
     from torch.profiler import ProfilerActivity
 
-    from bnn_zoo.core.architectures import architecture
-    from bnn_zoo.runs.checks import pick_device
-    from bnn_zoo.runs.compile_cache import compile_cache
-    from bnn_zoo.runs.config import load_config, resolved
-    from bnn_zoo.runs.loop import adam, training_step
-    from bnn_zoo.runs.phases import BayesPhase
-    from bnn_zoo.runs.plan import Plan
+    from bnn_zoo.core.networks.architectures import architecture
+    from bnn_zoo.runs.plans.checks import pick_device
+    from bnn_zoo.runs.training.compile_cache import compile_cache
+    from bnn_zoo.runs.plans.config import load_config, resolved
+    from bnn_zoo.runs.training.loop import adam, training_step
+    from bnn_zoo.runs.training.phases import BayesPhase
+    from bnn_zoo.runs.plans.plan import Plan
 
     device = pick_device(device_name)
     cuda = device.type == "cuda"

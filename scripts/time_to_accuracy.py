@@ -16,8 +16,8 @@ from _child import in_own_process
 
 from bnn_zoo.cli import options as cli
 from bnn_zoo.cli.train import train
-from bnn_zoo.core.captured_step import MODES
-from bnn_zoo.runs.config import load_config
+from bnn_zoo.core.fast.captured_step import MODES
+from bnn_zoo.runs.plans.config import load_config
 
 TARGETS = {"mnist_mlp": 0.98, "lenet": 0.99}
 

@@ -10,8 +10,8 @@ import torch
 
 from bnn_zoo import load
 from bnn_zoo.cli import options as cli
-from bnn_zoo.core.pruning import posterior_loc_scale
-from bnn_zoo.evaluation import plots
+from bnn_zoo.core.networks.pruning import posterior_loc_scale
+from bnn_zoo.evaluation.figures import plots
 
 
 def summary(loc_scale: dict) -> str:

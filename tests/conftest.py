@@ -6,9 +6,9 @@ import pyro
 import pytest
 import torch
 
-from bnn_zoo.core.architectures import ARCHITECTURES, TABLE
-from bnn_zoo.runs.checks import pick_device
-from bnn_zoo.runs.config import make_config, resolved
+from bnn_zoo.core.networks.architectures import ARCHITECTURES, TABLE
+from bnn_zoo.runs.plans.checks import pick_device
+from bnn_zoo.runs.plans.config import make_config, resolved
 
 # The registered recipes with data sets of their own (table_mlp reads yours: test_loop and test_train train it)
 ZOO = [name for name in ARCHITECTURES if name != TABLE]
@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="session")
 def own_trust_list(tmp_path_factory):
     """The networks by name the tests trust live in a folder of the session's (bnn_zoo.cli.trust),
-    and so do the steps training compiles (bnn_zoo.runs.compile_cache): train.capture=auto chooses
+    and so do the steps training compiles (bnn_zoo.runs.training.compile_cache): train.capture=auto chooses
     alike in every session."""
     os.environ["BNN_ZOO_HOME"] = str(tmp_path_factory.mktemp("bnn_zoo_home"))
     os.environ["BNN_ZOO_CACHE"] = str(tmp_path_factory.mktemp("bnn_zoo_cache"))
@@ -113,7 +113,7 @@ def certified_run(tiny_run, tmp_path_factory):
     """A copy of the tiny run with rules certified at a risk its 128 validation images can bear."""
     import shutil
 
-    from bnn_zoo.cli.certify import certify_run
+    from bnn_zoo.evaluation.certification import certify_run
 
     run_dir = tmp_path_factory.mktemp("certified") / "run"
     shutil.copytree(tiny_run, run_dir)
@@ -128,7 +128,7 @@ def uncertified_run(tiny_run, tmp_path_factory):
     conformal sets answer: calibrated at 80% coverage on 4 posterior samples (a class or a few each)."""
     import shutil
 
-    from bnn_zoo.cli.certify import certify_run
+    from bnn_zoo.evaluation.certification import certify_run
 
     run_dir = tmp_path_factory.mktemp("uncertified") / "run"
     shutil.copytree(tiny_run, run_dir)
@@ -140,7 +140,7 @@ def uncertified_run(tiny_run, tmp_path_factory):
 def splits_of(cfg, device="cpu"):
     """The splits a resolved config's plan reads (``load_splits`` of its data section)."""
     from bnn_zoo.data.sets import load_splits
-    from bnn_zoo.runs.plan import Plan
+    from bnn_zoo.runs.plans.plan import Plan
 
     plan = Plan.of(cfg)
     return load_splits(plan.data, plan.categorical, plan.seed, device)

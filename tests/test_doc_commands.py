@@ -213,9 +213,9 @@ NOT_RUN = {
     "python -m bnn_zoo.serve --no-act-on-alarm": "serves until stopped (tests/page/test_page.py)",
     "python -m bnn_zoo.serve runs/lenet_ensemble --port 0 --device cpu": "serves until stopped (tests/page/test_page.py)",
     "python -m bnn_zoo.serve runs/fashion": "serves until stopped (tests/page/test_page.py)",
-    "torchrun --nproc_per_node 4 -m bnn_zoo.train lenet": "four GPUs (tests/runs/test_ranks.py runs torchrun on two "
+    "torchrun --nproc_per_node 4 -m bnn_zoo.train lenet": "four GPUs (tests/runs/training/test_ranks.py runs torchrun on two "
                                                           "CPU ranks)",
-    "torchrun --nproc_per_node 4 -m bnn_zoo.train lenet run_dir=runs/lenet4": "four GPUs (tests/runs/test_ranks.py)",
+    "torchrun --nproc_per_node 4 -m bnn_zoo.train lenet run_dir=runs/lenet4": "four GPUs (tests/runs/training/test_ranks.py)",
     "torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 -m bnn_zoo.train lenet "
     "run_dir=/shared/runs/lenet16": "two machines of eight GPUs",
     'srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint '
@@ -260,7 +260,7 @@ def _user_folder(folder: Path) -> Path:
     """A user's clone with their own files: the package, scripts/ and configs/ (linked), a folder of
     digit PNGs and one of letters, two tables and their new rows, two digits to ask about, a module
     of networks, docs/results/ for the tables' figures."""
-    from bnn_zoo.data.ood_sets import load_notmnist
+    from bnn_zoo.data.shifted.ood_sets import load_notmnist
     from bnn_zoo.data.sets import load_torchvision
 
     for name in ("bnn_zoo", "scripts", "configs"):

@@ -162,7 +162,7 @@ def test_every_name_exported_before_still_imports(nothing_said):
 
 
 def test_the_old_command_and_config_key_work_with_a_notice(monkeypatch, capsys, nothing_said):
-    from bnn_zoo.runs.config import make_config
+    from bnn_zoo.runs.plans.config import make_config
 
     monkeypatch.setattr(sys, "argv", ["bnn_zoo.calibrate", "--help"])
     with pytest.raises(SystemExit) as stop:
@@ -178,7 +178,7 @@ def test_the_old_command_and_config_key_work_with_a_notice(monkeypatch, capsys, 
 
 def test_an_old_name_is_noticed_once_a_process_not_at_every_use(nothing_said, capsys):
     """Issue 40: a deprecated name warned at every use (each config read, each attribute access)."""
-    from bnn_zoo.runs.config import make_config
+    from bnn_zoo.runs.plans.config import make_config
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

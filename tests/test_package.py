@@ -19,9 +19,9 @@ def state():
             "validation": pyro.infer.util.is_validation_enabled(), "dtype": str(torch.get_default_dtype()),
             "param_store": len(pyro.get_param_store())}
 before = state()
-import bnn_zoo, bnn_zoo.cli.train, bnn_zoo.predict, bnn_zoo.evaluation.plots, bnn_zoo.core.nuts
+import bnn_zoo, bnn_zoo.cli.train, bnn_zoo.predict, bnn_zoo.evaluation.figures.plots, bnn_zoo.core.inference.nuts
 pyplot = "matplotlib.pyplot" in sys.modules
-import bnn_zoo.evaluation.evaluate, bnn_zoo.evaluation.rejection  # torchmetrics, which they use, imports pyplot itself
+import bnn_zoo.evaluation.evaluate, bnn_zoo.evaluation.figures.rejection  # torchmetrics, which they use, imports pyplot itself
 after = state()
 print(json.dumps({"same": before == after, "pyplot": pyplot,
                   "diff": {k: (before[k], after[k]) for k in before if before[k] != after[k]}}))
@@ -42,6 +42,10 @@ def test_importing_the_package_changes_nothing_global():
 # The layers, lowest first: a module imports from its own subpackage and those below it, never above.
 LAYERS = ("core", "data", "abstain", "posterior", "runs", "evaluation", "page", "cli")
 ENTRIES = ("__init__", "train", "predict", "evaluate", "certify", "calibrate", "serve", "trust")
+# The rooms of a layer split by idea, and the rooms each may import (``core.errors`` is the ground floor)
+ROOMS = {"core.networks": (), "core.fast": (), "core.inference": ("core.networks", "core.fast"),
+         "data.shifted": (), "evaluation.figures": (),
+         "runs.plans": (), "runs.storage": ("runs.plans",), "runs.training": ("runs.plans", "runs.storage")}
 
 
 def _module(path: Path) -> str:
@@ -97,6 +101,37 @@ def test_modules_import_one_way_down_the_layers():
     assert len([d for d in PACKAGE.iterdir() if (d / "__init__.py").is_file() and d.name != "shipped"]) == len(LAYERS)
 
 
+def _room(module: str) -> str | None:
+    return next((room for room in ROOMS if module.startswith(room + ".")), None)
+
+
+def test_the_rooms_of_a_layer_import_one_way_and_hold_at_most_ten_modules():
+    """Inside a layer a room imports from itself, the layer's own modules and the rooms it is allowed
+    (plans below storage below training; networks and the fast step below inference), never the other
+    way; a layer's own modules never import its rooms; no room, and no layer's own modules, past 10."""
+    for path in PACKAGE.rglob("*.py"):
+        module = _module(path)
+        room = _room(module)
+        for dep in _imports(path):
+            other = _room(dep) or _room(dep + ".x")  # a name imported from a room's package
+            if other and room != other and other.split(".")[0] == module.split(".")[0]:  # within one layer
+                assert room is None or other in ROOMS[room], f"{module} ({room}) imports {dep} ({other})"
+            if room is None and other and other.split(".")[0] == module.split(".")[0]:
+                assert False, f"{module} imports {dep}: a layer's own modules never import its rooms"
+    for layer in {room.split(".")[0] for room in ROOMS} | set(LAYERS):  # every room, a layer's own modules too
+        for folder in [PACKAGE / layer, *(PACKAGE / room.replace(".", "/") for room in ROOMS if room.startswith(layer))]:
+            modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+            assert len(modules) <= 10, (folder.name, len(modules))
+    for layer in ("core", "runs"):  # split whole: their rooms and a ground floor of errors
+        assert {p.stem for p in (PACKAGE / layer).glob("*.py")} <= {"__init__", "errors"}, layer
+
+
+def test_no_module_passes_300_lines():
+    """A module is read in one sitting: the package's and the scripts'."""
+    for path in [*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "scripts").glob("*.py")]:
+        assert len(path.read_text().splitlines()) <= 300, path
+
+
 def test_the_module_map_in_the_docs_is_the_package_s():
     """docs/guides/modules.md names each room under a heading and each module in a row of its table:
     every module of the package, none that is not."""
@@ -111,4 +146,6 @@ def test_the_module_map_in_the_docs_is_the_package_s():
     modules = {_module(p) for p in PACKAGE.rglob("*.py") if "shipped" not in p.parts
                and p.parent != PACKAGE and p.name != "__init__.py"}
     assert mapped == modules, (sorted(modules - mapped), sorted(mapped - modules))
-    assert [line[4:line.index("`", 4)] for line in text.splitlines() if line.startswith("## `")] == list(LAYERS)
+    headings = [line[4:line.index("`", 4)] for line in text.splitlines() if line.startswith("## `")]
+    assert list(dict.fromkeys(h.split(".")[0] for h in headings)) == list(LAYERS)
+    assert [h for h in headings if "." in h] == [room for layer in LAYERS for room in ROOMS if room.startswith(layer + ".")]

@@ -13,9 +13,9 @@ import torch
 from helpers import first_by_default, load_script
 
 from bnn_zoo import load, predict
-from bnn_zoo.core.pruning import posterior_loc_scale
+from bnn_zoo.core.networks.pruning import posterior_loc_scale
 from bnn_zoo.data.sets import load_torchvision, normalize, run_split
-from bnn_zoo.evaluation.rejection import rejection_report
+from bnn_zoo.evaluation.figures.rejection import rejection_report
 from bnn_zoo.posterior import BAYES, TWIN
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
@@ -27,12 +27,12 @@ def shipped_copy(tmp_path, monkeypatch):
     the script."""
     import shutil
 
-    import bnn_zoo.runs.loading
+    import bnn_zoo.runs.storage.loading
 
     shipped = tmp_path / "shipped"
-    shutil.copytree(bnn_zoo.runs.loading.SHIPPED, shipped)
+    shutil.copytree(bnn_zoo.runs.storage.loading.SHIPPED, shipped)
     script = load_script("ship_sets")
-    monkeypatch.setattr(bnn_zoo.runs.loading, "SHIPPED", shipped)
+    monkeypatch.setattr(bnn_zoo.runs.storage.loading, "SHIPPED", shipped)
     monkeypatch.setattr(script, "SHIPPED", shipped)
     return shipped, script
 
@@ -141,8 +141,8 @@ def test_ship_sets_portable_rewrites_shipped_files_without_the_builder_s_folders
     lenet was: --portable writes it again without them, its weights, calibration and everything
     else as they were, under a digest that holds (read checks it); a file without any is left alone."""
 
-    from bnn_zoo.runs.checkpoint import digest, read, save_atomic
-    from bnn_zoo.runs.trained import weights_digest
+    from bnn_zoo.runs.storage.checkpoint import digest, read, save_atomic
+    from bnn_zoo.runs.storage.trained import weights_digest
 
     shipped, script = shipped_copy(tmp_path, monkeypatch)
     built = read(shipped / "lenet.pt")
@@ -171,11 +171,11 @@ def test_ship_sets_certifies_the_sets_and_keeps_the_rest_of_the_file(shared_data
 
     from bnn_zoo.abstain.conformal import calibrate_sets
     from bnn_zoo.abstain.rule import uncertainty
-    from bnn_zoo.cli.certify import validation_set
-    from bnn_zoo.core.predictive import seeded
+    from bnn_zoo.evaluation.certification import validation_set
+    from bnn_zoo.core.inference.predictive import seeded
     from bnn_zoo.posterior import certifying
-    from bnn_zoo.runs.checkpoint import read, save_atomic
-    from bnn_zoo.runs.trained import sampled_probs
+    from bnn_zoo.runs.storage.checkpoint import read, save_atomic
+    from bnn_zoo.runs.storage.trained import sampled_probs
 
     shipped, script = shipped_copy(tmp_path, monkeypatch)
     before = read(shipped / "mnist_mlp.pt")
@@ -232,11 +232,11 @@ def test_ship_sets_adds_the_after_alarm_rules_beside_the_shipped_rules(shared_da
     what it writes is what the package ships."""
 
     from bnn_zoo.abstain.rule import Rule
-    from bnn_zoo.cli.certify import after_alarm_entry, validation_set
-    from bnn_zoo.core.predictive import seeded
+    from bnn_zoo.evaluation.certification import after_alarm_entry, validation_set
+    from bnn_zoo.core.inference.predictive import seeded
     from bnn_zoo.posterior import certifying
-    from bnn_zoo.runs.checkpoint import read, save_atomic
-    from bnn_zoo.runs.trained import sampled_probs
+    from bnn_zoo.runs.storage.checkpoint import read, save_atomic
+    from bnn_zoo.runs.storage.trained import sampled_probs
 
     shipped, script = shipped_copy(tmp_path, monkeypatch)
     before = read(shipped / "mnist_mlp.pt")
@@ -348,11 +348,11 @@ def test_every_contender_of_the_peers_benchmark_learns(contender):
 def test_hand_written_bayes_by_backprop_learns():
     """The peers benchmark's baseline is a working BbB: on a separable problem its loss falls and
     its posterior means classify."""
-    script = load_script("peers")
+    steps = load_script("_peer_steps")  # the contenders' steps, beside scripts/peers.py
     torch.manual_seed(0)
     x = torch.randn(256, 5)
     y = (x[:, 0] > 0).long()
-    params, loss = script.bayes_by_backprop(torch.nn.Linear(5, 2))
+    params, loss = steps.bayes_by_backprop(torch.nn.Linear(5, 2))
     optimizer = torch.optim.Adam(params, lr=0.05)
     losses = []
     for _ in range(100):
@@ -377,7 +377,7 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     results = written["runs"][str(certified_run)]
     assert results["far"] == ["notmnist", "noise", "fashion_mnist"]
     assert results["near"] == ["letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "blank"]
-    from bnn_zoo.data.ood_sets import font_files  # the fonts that drew the letters, recorded beside them
+    from bnn_zoo.data.shifted.ood_sets import font_files  # the fonts that drew the letters, recorded beside them
 
     assert results["letter_fonts"] == [Path(f).name for f in font_files()] and "DejaVuSans.ttf" in results["letter_fonts"]
     assert f"(letters drawn in {len(font_files())} fonts)" in printed
@@ -471,7 +471,7 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
 
 
 def test_a_shipped_posterior_loads_by_name(certified_run, shared_data, tmp_path, monkeypatch, capsys):
-    from bnn_zoo.runs import loading as trained
+    from bnn_zoo.runs.storage import loading as trained
 
     monkeypatch.setattr(trained, "SHIPPED", tmp_path)
     paths = trained.ship(certified_run, "tiny")
@@ -517,7 +517,7 @@ def test_scoreboard_refuses_bad_output_and_damaged_metrics_before_the_work(certi
 
 def test_export_pngs_writes_the_folder_layout_own_data_reads(shared_data, tmp_path, capsys):
     from bnn_zoo.data.own import read_own
-    from bnn_zoo.runs.config import make_config, resolved
+    from bnn_zoo.runs.plans.config import make_config, resolved
 
     out = tmp_path / "pngs"
     assert load_script("export_pngs").main(["fashion_mnist", str(out), "--per-class", "3", "--test-per-class", "2",
@@ -703,7 +703,7 @@ def test_alarm_rates_counts_the_alarms_it_prints(shared_data, tmp_path, capsys):
     printed, found = capsys.readouterr().out, json.loads(out.read_text())["twin"]
     assert f"false alarms on 4 streams of 300 MNIST test inputs: {found['false_alarms']:.2%}" in printed
     from bnn_zoo.evaluation.under_shift import corrupted_sets
-    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.storage.trained import posteriors
 
     trained = load("lenet")
     (_, x, _), = corrupted_sets(trained.config.data, ("fog",), str(shared_data), 500)

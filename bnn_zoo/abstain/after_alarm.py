@@ -135,9 +135,11 @@ class Stream:
                rule: Rule | Callable[..., Decision] | None = None) -> StreamDecision:
         """The decisions for the stream's next inputs, by their sampled predictions [S, N, C] in
         order (``density``: the scores a density gate reads). ``again``: they are the last N inputs
-        asked again (the alarm does not take them twice); ``rule``: answered by this rule instead
-        (the after-alarm rule, certified nested in the stream's own, does not act on it)."""
-        n, self.asked_rule = probs.shape[1], rule is not None
+        asked again (the alarm does not take them twice); ``rule``: the rule a caller answers with. The
+        stream decides, here alone, whether that is its own certified rule (None, or equal to it), which
+        the after-alarm rule follows, or another (a rule of other knobs, conformal sets), which it does not."""
+        own = rule is None or rule == self.rule
+        n, self.asked_rule = probs.shape[1], not own
         seen = self.alarm.seen if self.alarm is not None else 0
         if self.alarm is not None and not again:
             self.alarm.observe(probs, density)
@@ -145,7 +147,7 @@ class Stream:
         position = torch.arange(first, first + n, device=probs.device)
         at = self.alarm.alarm_at if self.alarm is not None else None
         after = position >= at if at is not None else torch.zeros(n, dtype=torch.bool, device=probs.device)
-        ordinary = (self.rule if rule is None else rule)(probs, density)
+        ordinary = (self.rule if own else rule)(probs, density)
         if not (self.acting and bool(after.any())):
             return StreamDecision(ordinary, ordinary, after, first)
         strict = self.after_alarm(probs, density)

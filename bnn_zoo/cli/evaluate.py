@@ -24,12 +24,12 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..data.corruptions import CORRUPTIONS
-from ..data.ood_sets import OOD_SETS
+from ..data.shifted.corruptions import CORRUPTIONS
+from ..data.shifted.ood_sets import OOD_SETS
 from ..evaluation.evaluate import evaluate_run
 from ..evaluation.summary import summary, table
-from ..runs.files import check_writable, write_atomic
-from ..runs.loading import is_shipped, run_folder, shadowed
+from ..runs.storage.files import check_writable, write_atomic
+from ..runs.storage.loading import is_shipped, run_folder, shadowed
 from . import options as cli
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.errors import UserError, say
-from ..runs.checks import MAX_SAMPLES
+from ..runs.plans.checks import MAX_SAMPLES
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -41,7 +41,7 @@ def config_keys() -> str:
     from omegaconf import OmegaConf
 
     from ..data.config import DataConfig
-    from ..runs.schema import Config
+    from ..runs.plans.schema import Config
 
     defaults = OmegaConf.to_container(OmegaConf.structured(Config))
     top = [k for k, v in defaults.items() if not isinstance(v, dict)]
@@ -52,7 +52,7 @@ def config_keys() -> str:
 
 
 def _source(cls: type) -> str:
-    """The file that defines ``cls``, from the package's parent folder (bnn_zoo/runs/schema.py)."""
+    """The file that defines ``cls``, from the package's parent folder (bnn_zoo/runs/plans/schema.py)."""
     package = Path(inspect.getfile(sys.modules[cls.__module__.partition(".")[0]])).parent
     return Path(inspect.getfile(cls)).relative_to(package.parent).as_posix()
 

@@ -1,5 +1,5 @@
 """A command line that answers for a person's own images, or says "I don't know", with any
-posterior a run holds (``bnn_zoo.posterior``). The sampling itself is ``bnn_zoo.core.predictive.predict``.
+posterior a run holds (``bnn_zoo.posterior``). The sampling itself is ``bnn_zoo.core.inference.predictive.predict``.
 
 Usage::
 
@@ -30,7 +30,7 @@ import torch
 from ..abstain.after_alarm import Stream
 from ..abstain.rule import SIGNALS, uncertainty
 from ..core.errors import ConfigError, DataError
-from ..core.likelihoods import Categorical
+from ..core.networks.likelihoods import Categorical
 from ..data.images import load_image
 from ..data.inputs import class_names, image_input
 from ..data.own import ROWS, read_rows
@@ -38,9 +38,9 @@ from ..data.sets import normalize, profile_of
 from ..evaluation.refusals import why_refused
 from ..evaluation.set_answers import answering_sets, no_rule_line, set_decision
 from ..posterior import KINDS
-from ..runs.checks import pick_device
-from ..runs.loading import load, shadowed
-from ..runs.trained import gate_density, posteriors
+from ..runs.plans.checks import pick_device
+from ..runs.storage.loading import load, shadowed
+from ..runs.storage.trained import gate_density, posteriors
 from . import options as cli
 
 
@@ -116,10 +116,9 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     sets = by_sets or (trained.sets.get(args.posterior) if args.rule == "calibrated" else None)
     in_sets = sets.answer(probs, args.seed) if sets and sets.certified_at(len(probs)) else None
     gate = gate_density(rule, trained, args.posterior, posterior, x)
-    answering = ((lambda p, density: set_decision(in_sets, p)) if by_sets else
-                 None if args.rule == "calibrated" else rule)  # None: the certified rule, after the alarm both
-    stream = trained.stream(args.posterior, args.act_on_alarm, answer=answering)
-    answered = stream.decide(probs, gate)
+    answering = (lambda p, density: set_decision(in_sets, p)) if by_sets else rule
+    stream = trained.stream(args.posterior, args.act_on_alarm)
+    answered = stream.decide(probs, gate, rule=answering)  # the stream tells its certified rule from another
     scores = uncertainty(probs, rule.quantile)
     coverage = None if sets is None else 1 - sets.alpha
     for i, answer in enumerate(good):

@@ -1,11 +1,11 @@
 """The command line of the rejection scripts (``scripts/reject_notmnist.py``, ``reject_noise.py``):
-refusals on MNIST and an OOD set, with their plots (``bnn_zoo.evaluation.rejection``).
+refusals on MNIST and an OOD set, with their plots (``bnn_zoo.evaluation.figures.rejection``).
 
 Usage: ``sys.exit(script_main("notmnist", sys.argv[1:], __doc__))``
 """
 from __future__ import annotations
 
-from ..evaluation.rejection import rejection_report, report_folder, table
+from ..evaluation.figures.rejection import rejection_report, report_folder, table
 from . import options as cli
 
 
@@ -13,7 +13,7 @@ def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
     """The command line shared by the rejection scripts."""
     parser = cli.command_parser(None, doc)
     parser.add_argument("run_dir", help="a trained run (python -m bnn_zoo.train ...)")
-    parser.add_argument("--out", default=None, help=f"output folder (default RUN_DIR/reject_{ood})")
+    parser.add_argument("--out", default=None, help=f"output folder (default RUN_DIR/reject_{ood}; for a shipped posterior ./reject_{ood}_NAME)")
     cli.add_sampling_options(parser)
     cli.add_rule_options(parser)
     cli.add_data_options(parser)

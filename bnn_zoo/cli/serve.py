@@ -16,7 +16,7 @@ import sys
 from ..core.errors import UserError
 from ..page.answers import Answerer
 from ..page.app import MAX_UPLOAD, create_app
-from ..runs.loading import shadowed
+from ..runs.storage.loading import shadowed
 from . import options as cli
 
 

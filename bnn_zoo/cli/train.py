@@ -1,10 +1,10 @@
 """Train a Bayesian network (SVI with the guide its config names) and its deterministic twin from a
 config; with ``train.members=K`` an ensemble of K, with ``infer=nuts`` also an HMC posterior.
 
-How a run flows: the command line's config (``bnn_zoo.runs.config``, or a stored one for ``resume=``:
-``bnn_zoo.runs.resume``) names a ``Run`` directory (``bnn_zoo.runs.run_dir``), which this process claims; each
-phase (``bnn_zoo.runs.phases``: the Bayesian network, its twin; an ensemble's members are the same
-phases in runs of their own, RUN_DIR/members/N) trains in the one loop (``bnn_zoo.runs.loop``) that
+How a run flows: the command line's config (``bnn_zoo.runs.plans.config``, or a stored one for ``resume=``:
+``bnn_zoo.runs.training.resume``) names a ``Run`` directory (``bnn_zoo.runs.storage.run_dir``), which this process claims; each
+phase (``bnn_zoo.runs.training.phases``: the Bayesian network, its twin; an ensemble's members are the same
+phases in runs of their own, RUN_DIR/members/N) trains in the one loop (``bnn_zoo.runs.training.loop``) that
 validates, checkpoints and resumes; then NUTS, the ensemble's test figures, the certified rules
 (``bnn_zoo.cli.certify``), the toy plot, metrics.json and training.png.
 
@@ -31,36 +31,36 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from ..core.captured_step import DESCRIBED
-from ..core.network_names import imports_beside_you
-from ..core.nuts import nuts_posterior
-from ..core.predictive import predict
-from ..data.augment import Augment
+from ..core.fast.captured_step import DESCRIBED
+from ..core.networks.network_names import imports_beside_you
+from ..core.inference.nuts import nuts_posterior
+from ..core.inference.predictive import predict
+from ..data.shifted.augment import Augment
 from ..data.inputs import class_names
 from ..data.own import OWN_DATA
 from ..data.sets import TOY_FUNCTIONS, Splits, load_splits
-from ..evaluation import plots
+from ..evaluation.figures import plots
 from ..evaluation.baseline import mark_no_better
-from ..evaluation.toy_plot import plot_toy
+from ..evaluation.figures.toy_plot import plot_toy
 from ..posterior import KINDS, held_part
-from ..runs.checkpoint import config_dict, replace_config, save_atomic, stored_beside
-from ..runs.checks import check_fitted_kinds, check_network_fits, pick_device
-from ..runs.compile_cache import compile_cache, described
-from ..runs.config import make_config, resolved, with_profile
-from ..runs.cost import Cost
-from ..runs.factory import build_networks, build_twin
-from ..runs.fits import Fit, read_fits, write_fits
-from ..runs.loop import format_figures, prefixed, train_phase
-from ..runs.phases import BayesPhase, TwinPhase
-from ..runs.plan import Plan, held_beside
-from ..runs.ranks import Ranks
-from ..runs.resume import config_for_run, posteriors_kept, read_for_resume
-from ..runs.run_dir import Run
-from ..runs.threads import step_threads
-from ..runs.trained import posteriors
-from ..runs.trust_list import trust_given
+from ..runs.storage.checkpoint import config_dict, replace_config, save_atomic, stored_beside
+from ..runs.plans.checks import check_fitted_kinds, check_network_fits, pick_device
+from ..runs.training.compile_cache import compile_cache, described
+from ..runs.plans.config import make_config, resolved, with_profile
+from ..runs.training.cost import Cost
+from ..runs.plans.factory import build_networks, build_twin
+from ..runs.storage.fits import Fit, read_fits, stored_fits, write_fits
+from ..runs.training.loop import format_figures, prefixed, train_phase
+from ..runs.training.phases import BayesPhase, TwinPhase
+from ..runs.plans.plan import Plan, held_beside
+from ..runs.training.ranks import Ranks
+from ..runs.training.resume import config_for_run, posteriors_kept, read_for_resume
+from ..runs.storage.run_dir import Run
+from ..runs.training.threads import step_threads
+from ..runs.storage.trained import posteriors
+from ..runs.storage.trust_list import trust_given
 from . import options as cli
-from .certify import certify_run, summary
+from ..evaluation.certification import certify_run, summary
 
 
 def log(message: str) -> None:
@@ -73,7 +73,7 @@ def log(message: str) -> None:
 def train(cfg: DictConfig) -> dict:
     """Train the run ``cfg`` describes and write its directory; returns metrics.json's content.
 
-    The config becomes a plan (``bnn_zoo.runs.plan.Plan``) here, once, and again once your own data's
+    The config becomes a plan (``bnn_zoo.runs.plans.plan.Plan``) here, once, and again once your own data's
     profile is known; below, every part takes its own typed section. A new run stops where another
     run lives (unless ``overwrite=true``); ``resume=DIR`` checks the overrides against the stored run,
     and every ensemble member's config, before anything trains."""
@@ -90,8 +90,9 @@ def train(cfg: DictConfig) -> dict:
     with ranks.joined(device), compile_cache(plan.train.compile_cache, ranks.said(log)), ExitStack() as held:
         ranks.on_main(lambda: held.enter_context(run.claim(plan.overwrite, resuming=bool(plan.resume))))
         stored = read_for_resume(cfg, run.checkpoint, device) if plan.resume else None
+        fits = stored_fits(run.fitted, device) if stored else None  # fitted.pt, read once
         if stored:  # what the run holds, and what this command adds or drops; its own data's columns checked
-            cfg = posteriors_kept(cfg, stored, run.fitted)
+            cfg = posteriors_kept(cfg, stored, run.fitted, fits)
             plan = Plan.of(cfg, stored_beside(stored, run.checkpoint))
         pyro.set_rng_seed(plan.seed)  # python, numpy and torch
         splits = ranks.first(lambda: load_splits(plan.data, plan.categorical, plan.seed, device))  # before the old run goes
@@ -122,7 +123,7 @@ def train(cfg: DictConfig) -> dict:
         if plan.infer == "nuts":
             metrics["hmc"] = run_hmc(plan, splits, run)
         if plan.train.posteriors or run.fitted.is_file():
-            metrics["fitted"] = fit_posteriors(plan.train.posteriors, run, splits, device)
+            metrics["fitted"] = fit_posteriors(plan.train.posteriors, run, splits, device, fits)
         if members or plan.train.posteriors:
             metrics["ensemble"] = test_posteriors(plan.train.test_samples, splits, run, device)
         classes = class_names(plan.data) if plan.categorical else None
@@ -218,19 +219,20 @@ def run_hmc(plan: Plan, splits: Splits, run: Run) -> dict:
     return {**diagnostics, **prefixed("test", test)}
 
 
-def fit_posteriors(names: list[str], run: Run, splits: Splits, device) -> dict:
+def fit_posteriors(names: list[str], run: Run, splits: Splits, device, run_fits: dict | None = None) -> dict:
     """The kinds of posterior fitted after training (``train.posteriors``), around each member's
     twin, on the training split (a held-out kind's setting on validation's first fifth, which its
     certificate leaves out), in RUN_DIR/fitted.pt (and each member's): a fit the file holds for the
     twin as it is now is kept, the others fitted (again, where the twin trained on since), and the
-    kinds ``names`` leaves out deleted (``train.drop_posteriors`` asked for it); their cost."""
+    kinds ``names`` leaves out deleted (``train.drop_posteriors`` asked for it); their cost. ``run_fits``:
+    the run's own fitted.pt as a resume read it (not read again)."""
     trained = run.load(device, fitted=False)
     held = held_part(len(splits.val)) if splits.val is not None else slice(0, 0)
     x_held, y_held = (splits.val.x[held], splits.val.y[held]) if splits.val is not None else (None, None)
     folders = [run, *(run.member(i) for i in range(1, 1 + len(trained.members)))]
     costs = {}
     for member, folder in zip((trained, *trained.members), folders):
-        fits, stale = read_fits(folder.fitted, member, device)
+        fits, stale = read_fits(folder.fitted, member, device, stored=run_fits if folder is run else None)
         kept = {name: fits[name] for name in names if name in fits}
         for name in [*fits, *stale]:
             if name not in names:

@@ -1,5 +1,5 @@
 """Trust a network by name, so that stored runs naming it (with these keyword arguments) are built
-here: ``bnn_zoo.runs.trust_list`` says why a stored config's network needs it. Without NAME: list the
+here: ``bnn_zoo.runs.storage.trust_list`` says why a stored config's network needs it. Without NAME: list the
 trusted networks.
 
 Usage: python -m bnn_zoo.trust mynets:small_cnn --kwargs '{"width": 16}'
@@ -10,7 +10,7 @@ import json
 import sys
 
 from ..core.errors import ConfigError
-from ..runs.trust_list import trust, trust_file, trusted
+from ..runs.storage.trust_list import trust, trust_file, trusted
 from . import options as cli
 
 

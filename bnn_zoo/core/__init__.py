@@ -1,5 +1,7 @@
-"""The core: Bayesian networks as Pyro model/guide pairs, and their inference. Any PyTorch network
-made Bayesian (``bnn``), its priors, likelihoods and guides, the registered architectures and
-networks by name, the ELBO, local reparameterization, the captured training step, NUTS, the
-posterior predictive, the deterministic twin. It never sees a run's config.
+"""The core, in three rooms and a ground floor: ``networks`` (any PyTorch network made Bayesian, its
+priors, likelihoods and guides, local reparameterization, the registered architectures, networks by
+name, the deterministic twin, pruning), ``fast`` (the captured training step: compiled, in CUDA
+graphs, Adam in the graph, draws in Pyro's order) and ``inference`` (the ELBO, the posterior
+predictive, NUTS); ``errors`` holds the one-line errors every layer raises. ``networks`` and ``fast``
+import neither other room; ``inference`` imports both. It never sees a run's config.
 """

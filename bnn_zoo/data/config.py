@@ -1,6 +1,6 @@
 """The data section of a run's config: where its examples come from and, once a run has looked at
 its own data, what it found there (the run's DataProfile), so its checkpoint answers without the
-data. ``bnn_zoo.runs.schema`` holds it among the other sections; the data layer's functions take it.
+data. ``bnn_zoo.runs.plans.schema`` holds it among the other sections; the data layer's functions take it.
 
 Usage: ``DataConfig(name="mnist", train_limit=1000).val_size``
 """

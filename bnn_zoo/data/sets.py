@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..core.errors import DataError
 from .config import DataConfig
-from .own import OWN_DATA, DataProfile, read_own
+from .own import OWN_DATA, read_own
+from .profile import DataProfile
 
 # One normalization for every image set (train, test, out-of-distribution): MNIST's statistics.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ..core.likelihoods import Categorical, Gaussian
+from ..core.networks.likelihoods import Categorical, Gaussian
 from ..data.sets import Splits
 
 

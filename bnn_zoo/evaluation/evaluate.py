@@ -1,7 +1,7 @@
 """Evaluate a trained classifier run: accuracy, calibration, refusals and conformal sets on its test
 set, and how well the uncertainty (entropy, mutual information, the feature density of
 ``bnn_zoo.abstain.density``) tells out-of-distribution sets (notMNIST, white noise, FashionMNIST, the near
-ones of ``bnn_zoo.data.ood_sets``) from it, what the rule answers under MNIST-C's corruptions
+ones of ``bnn_zoo.data.shifted.ood_sets``) from it, what the rule answers under MNIST-C's corruptions
 (``bnn_zoo.evaluation.under_shift``), and where the shift alarm sounds on each set, for every posterior the
 run holds. The figures are the dataclasses of ``bnn_zoo.evaluation.results``; eval.json is their ``to_dict()``.
 
@@ -21,16 +21,16 @@ from ..abstain.conformal import ConformalSets
 from ..abstain.metrics import detection, expected_calibration_error
 from ..abstain.rule import Rule, risk_coverage, uncertainty
 from ..core.errors import ConfigError, DataError
-from ..core.likelihoods import Categorical
-from ..core.predictive import seeded
+from ..core.networks.likelihoods import Categorical
+from ..core.inference.predictive import seeded
 from ..data.folders import image_files
 from ..data.inputs import image_inputs, pixel_inputs
-from ..data.ood_sets import ood_images, overlaid_digits
+from ..data.shifted.ood_sets import ood_images, overlaid_digits
 from ..data.sets import run_data_root, run_split
-from ..runs.checks import pick_device
-from ..runs.cost import Cost as Measure
-from ..runs.loading import load
-from ..runs.trained import Trained, gate_density, posteriors
+from ..runs.plans.checks import pick_device
+from ..runs.training.cost import Cost as Measure
+from ..runs.storage.loading import load
+from ..runs.storage.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
 from .split_fits import References, fit_references
@@ -184,11 +184,6 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
                                          gate_density(rules[part], trained, part, rungs[part], x))
     skipped = {}
 
-    def stream_of(part: str):
-        """A fresh stream of ``part``'s answers: the after-alarm rule acts on the certified rule alone."""
-        certified = (by_sets.get(part) is None and not trained.calibration_problem
-                     and rules[part] == trained.rules.get(part))
-        return trained.stream(part, act_on_alarm, answer=None if certified else answer[part])
 
     for entry in ood:
         name = entry.partition("=")[0]  # NAME=FOLDER: its figures go under NAME
@@ -207,7 +202,8 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             scores = (density[part], refs.density[part].score(posterior.features(x))) if part in density else (None, None)
             results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
             unlabelled = torch.full((probs.shape[1],), -1, dtype=torch.long)  # refusals need no labels
-            answered = streamed(stream_of(part), probs, unlabelled, gate, seed)  # the alarm's one run on the set
+            stream = trained.stream(part, act_on_alarm)  # the alarm's one run on the set
+            answered = streamed(stream, probs, unlabelled, gate, seed, answer[part])
             result.refused_in_stream, result.alarm = answered.refused, answered.alarm
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
@@ -217,7 +213,8 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             for part, posterior in rungs.items():
                 progress.update()
                 probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
-                results[part].shift[name] = streamed(stream_of(part), probs, y, gate, seed)
+                stream = trained.stream(part, act_on_alarm)
+                results[part].shift[name] = streamed(stream, probs, y, gate, seed, answer[part])
     except DataError as err:
         skipped["shift"] = str(err)
         progress.write(f"skipping the corruptions: {err}", file=sys.stderr)
@@ -233,7 +230,7 @@ def default_ood(cfg) -> tuple[str, ...]:
 
 def ood_inputs(data, name: str, root: str | None, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """An OOD set as the run's network sees it (``data``: its typed data section, ``Trained.data``), and the
-    overlaid set's digit pairs: a named set (``bnn_zoo.data.ood_sets``), or NAME=FOLDER, the first
+    overlaid set's digit pairs: a named set (``bnn_zoo.data.shifted.ood_sets``), or NAME=FOLDER, the first
     ``size`` images of a folder (and its subfolders)."""
     name, _, folder = name.partition("=")
     if folder:

@@ -70,7 +70,7 @@ class BeforeAfter:
 
 @dataclass
 class ShiftResult:
-    """The test set under one corruption (``bnn_zoo.data.corruptions``): fractions of its inputs, as
+    """The test set under one corruption (``bnn_zoo.data.shifted.corruptions``): fractions of its inputs, as
     answered by one stream of them (after its alarm, by the after-alarm rule where it acts)."""
 
     refused: float
@@ -224,7 +224,7 @@ class Evaluation:
     test_size: int
     skipped: dict[str, str]
     posteriors: dict[str, PosteriorResult]
-    # The corruptions the run's declared augmentation showed it in training (bnn_zoo.data.augment.covered):
+    # The corruptions the run's declared augmentation showed it in training (bnn_zoo.data.shifted.augment.covered):
     # reported apart, as seen in training, not as a shift
     seen_in_training: tuple[str, ...] = ()
 

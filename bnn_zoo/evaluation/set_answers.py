@@ -19,7 +19,7 @@ import torch
 
 from ..abstain.conformal import ConformalSets, fewest_inputs
 from ..abstain.rule import Decision
-from ..runs.trained import Trained
+from ..runs.storage.trained import Trained
 
 SET_ANSWER = "conformal_set"  # what refuses an input whose set holds every class (Decision.signal)
 

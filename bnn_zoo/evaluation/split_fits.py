@@ -17,7 +17,7 @@ from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..core.errors import DataError
 from ..data.sets import run_split
 from ..posterior import Posterior, certifying
-from ..runs.trained import Trained
+from ..runs.storage.trained import Trained
 
 TARGETS = (0.9, 0.95, 0.99)  # the coverages the scoreboard's set columns promise
 

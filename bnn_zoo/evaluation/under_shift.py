@@ -1,11 +1,11 @@
 """The scoreboard's shift figures: the test set under each of MNIST-C's corruptions
-(``bnn_zoo.data.corruptions``), each set answered by each posterior as one stream of its inputs in a
+(``bnn_zoo.data.shifted.corruptions``), each set answered by each posterior as one stream of its inputs in a
 seeded order (``Trained.stream``: its rule, and from the input that sounds the shift alarm on, the
 after-alarm rule), with the wrong answers before and after the alarm; and where the shift alarm
 (``bnn_zoo.abstain.shift``) sounds on a stream of a set's inputs. A user pays for the inputs answered
 wrong, so that is the figure kept beside the refusals.
 
-Usage: ``figures = streamed(trained.stream("bayes"), probs, labels, gate, seed=0)``;
+Usage: ``figures = streamed(trained.stream("bayes"), probs, labels, gate, seed=0, rule=answer)``;
 ``shifted(probs, labels, answer, gate)``; ``alarm_result(trained, "bayes", probs, seed=0)``;
 ``seen_in_training(trained.config)  # ("translate", "rotate", ...): the corruptions its augmentation covers``
 """
@@ -17,12 +17,12 @@ from omegaconf import OmegaConf
 from ..abstain.after_alarm import Stream
 from ..abstain.rule import Decision, Rule
 from ..core.errors import DataError
-from ..data.augment import AugmentConfig, covered
+from ..data.shifted.augment import AugmentConfig, covered
 from ..data.config import DataConfig
-from ..data.corruptions import CORRUPTIONS, corrupt
+from ..data.shifted.corruptions import CORRUPTIONS, corrupt
 from ..data.inputs import pixel_inputs
 from ..data.sets import TORCHVISION_SETS, load_torchvision
-from ..runs.trained import Trained
+from ..runs.storage.trained import Trained
 from .results import AlarmResult, BeforeAfter, ShiftResult
 from .set_answers import SetAnswer
 
@@ -74,13 +74,14 @@ def _figures(decision: Decision, probs: torch.Tensor, labels: torch.Tensor) -> S
 
 
 def streamed(stream: Stream, probs: torch.Tensor, labels: torch.Tensor, gate: torch.Tensor | None = None,
-             seed: int = 0) -> ShiftResult:
+             seed: int = 0, rule=None) -> ShiftResult:
     """``shifted``'s figures of a corrupted set answered by ``stream`` as one stream of its inputs
     (sampled predictions ``probs`` [S, N, C]) in a seeded random order, with where its alarm sounded
-    and the inputs answered wrong and refused before it and from it on (``BeforeAfter``)."""
+    and the inputs answered wrong and refused before it and from it on (``BeforeAfter``); ``rule``: what
+    the caller answers with (``Stream.decide``'s), None for the stream's certified rule."""
     order = torch.randperm(probs.shape[1], generator=torch.Generator().manual_seed(seed)).to(probs.device)
     probs, labels = probs[:, order], labels.to(probs.device)[order]
-    answered = stream.decide(probs, None if gate is None else gate[order])
+    answered = stream.decide(probs, None if gate is None else gate[order], rule=rule)
     result = _figures(answered.decision, probs, labels)
     if stream.alarm is None:
         return result

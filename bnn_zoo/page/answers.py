@@ -21,16 +21,16 @@ from ..abstain.after_alarm import Stream, StreamDecision
 from ..abstain.conformal import ConformalSets
 from ..abstain.rule import SIGNALS, Rule, uncertainty
 from ..core.errors import UserError
-from ..core.likelihoods import Categorical
-from ..core.predictive import seeded
+from ..core.networks.likelihoods import Categorical
+from ..core.inference.predictive import seeded
 from ..data.inputs import class_names, pixel_inputs
 from ..data.sets import profile_of
 from ..evaluation.refusals import why_refused
 from ..evaluation.set_answers import answering_sets, no_rule_line, set_decision
 from ..posterior import Posterior
-from ..runs.checks import pick_device
-from ..runs.loading import load, shipped_names
-from ..runs.trained import Trained, gate_density, posteriors
+from ..runs.plans.checks import pick_device
+from ..runs.storage.loading import load, shipped_names
+from ..runs.storage.trained import Trained, gate_density, posteriors
 
 MAX_PAGE_SAMPLES = 1000  # per answer on the page: it answers while a person watches
 
@@ -59,8 +59,8 @@ class Model:
     def decide(self, pixels: torch.Tensor, asked: dict[str, tuple], new_stream: bool = False
                ) -> dict[str, tuple[StreamDecision, dict | None]]:
         """Each posterior's decision for this input as its stream answers it, by posterior, from
-        ``asked``: its sampled predictions, gate scores and answer (None: its certified rule, which the
-        after-alarm rule replaces after the alarm; else a rule of the knobs, or its sets); and its
+        ``asked``: its sampled predictions, gate scores and answer (a rule, which its stream tells from
+        its certified one, or its sets); and its
         alarm's figures and line. ``new_stream``: this input starts a new stream. Not acting on the
         alarm, a stream whose alarm sounded starts a new one with the next input."""
         if new_stream:
@@ -146,7 +146,7 @@ class Answerer:
             certified_knobs = untouched and by_sets["bayes"] is None and sets and sets.certified_at(samples)
             in_set = sets.answer(probs, seed)[0] if certified_knobs else None
             drawn = {part: p for part, p in (("bayes", probs), ("twin", twin)) if p is not None}
-            decided = model.decide(pixels, {part: (p, gates[part], _answer(rules[part], certified[part], by_sets[part],
+            decided = model.decide(pixels, {part: (p, gates[part], _answer(rules[part], by_sets[part],
                                                                             seed)) for part, p in drawn.items()},
                                    new_stream)
         response = {"model": name, "posterior": model.bayes.label, "classes": model.classes,
@@ -167,12 +167,12 @@ class Answerer:
         return response
 
 
-def _answer(rule: Rule, certified: Rule, sets: ConformalSets | None, seed: int):
-    """What answers a posterior on the page: None for its certified rule (its stream's own, which the
-    after-alarm rule replaces after the alarm), else the knobs' rule, or its sets where no rule is certified."""
+def _answer(rule: Rule, sets: ConformalSets | None, seed: int):
+    """What answers a posterior on the page: the knobs' rule (its stream tells whether that is its
+    certified one, which the after-alarm rule follows), or its sets where no rule is certified."""
     if sets is not None:
         return lambda probs, density: set_decision([sets.answer(probs, seed)[0]], probs)
-    return None if rule == certified else rule
+    return rule
 
 
 def _judged(probs: torch.Tensor, rule: Rule, classes: list[str], gate: torch.Tensor | None = None,

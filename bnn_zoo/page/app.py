@@ -14,7 +14,7 @@ import torch
 
 from ..core.errors import UserError
 from ..data.images import load_image, pixel_count
-from ..data.ood_sets import drawing, glyph, matplotlib_font, white_noise
+from ..data.shifted.ood_sets import drawing, glyph, matplotlib_font, white_noise
 from ..data.own import pixels_of, resized
 from ..data.sets import profile_of
 from .answers import Answerer, BadRequest

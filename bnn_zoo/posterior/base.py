@@ -29,7 +29,8 @@ import torch
 from torch import nn
 
 from ..core.errors import show
-from ..core.predictive import Chunk, check_inputs, fill_predictions, positive_sizes
+from ..core.inference.inputs import check_inputs
+from ..core.inference.predictive import Chunk, fill_predictions, positive_sizes
 
 KINDS: dict[str, type["Posterior"]] = {}  # name -> kind, in the order registered: the reports' order
 # The share of validation (its first inputs) a held-out kind fits its setting on (the twin's
@@ -78,7 +79,7 @@ class Posterior(ABC):
 
     @classmethod
     def of_run(cls, trained) -> "Posterior | None":
-        """This kind's posterior of a trained run (``bnn_zoo.runs.trained.Trained``), None where it
+        """This kind's posterior of a trained run (``bnn_zoo.runs.storage.trained.Trained``), None where it
         holds none. A fitted kind's: from the state it stored around each member's twin, an
         ensemble's mixed (MultiSWAG, say)."""
         runs = [trained, *trained.members]
@@ -90,7 +91,7 @@ class Posterior(ABC):
     def predict(self, x: torch.Tensor, num_samples: int = 100, chunk_size: int = 10,
                 batch_size: int = 500) -> torch.Tensor:
         """Sampled predictions [S, N, ...] on ``x``: S = num_samples, or 1 for a point estimate,
-        filled chunk by chunk by ``bnn_zoo.core.predictive.fill_predictions``."""
+        filled chunk by chunk by ``bnn_zoo.core.inference.predictive.fill_predictions``."""
         x = check_inputs(x, *self.networks)  # in the dtype of the networks' weights
         rows = self.rows(num_samples)
         positive_sizes(rows, chunk_size, batch_size)

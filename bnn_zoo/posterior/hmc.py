@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from ..core.bnn import BayesianNet
-from ..core.predictive import network_chunks
+from ..core.networks.bnn import BayesianNet
+from ..core.inference.predictive import network_chunks
 from .base import Posterior, count, phase_seconds, register
 
 

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..abstain.density import features, last_linear
-from ..core.likelihoods import Categorical
-from ..core.predictive import evaluating
+from ..core.networks.likelihoods import Categorical
+from ..core.inference.inputs import evaluating
 from .base import register, state_number, state_tensor
 from .sampled_weights import WeightSampler
 

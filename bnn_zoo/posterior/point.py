@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from ..abstain.density import features
-from ..core.predictive import evaluating, sample_chunks
-from ..core.twin import Twin
+from ..core.inference.inputs import evaluating
+from ..core.inference.predictive import sample_chunks
+from ..core.networks.twin import Twin
 from .base import Mixture, Posterior, count, phase_seconds, register
 
 

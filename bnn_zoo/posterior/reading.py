@@ -2,7 +2,7 @@
 (``bnn_zoo.data.images.remade``: background to black, the ink fitted into 20x20 and centred by its
 mass), and answered from the posterior over both readings: each reading equally likely, the
 posterior's predictive samples under the one pooled with those under the other. A run with
-``data.remade`` holds its posteriors so (``posteriors`` in ``bnn_zoo.runs.trained``).
+``data.remade`` holds its posteriors so (``posteriors`` in ``bnn_zoo.runs.storage.trained``).
 
 Where the readings agree (MNIST's own digits, which remaking leaves as they are) the pool answers as
 either would; where they disagree it is uncertain, as it should be: a letter that only its remade

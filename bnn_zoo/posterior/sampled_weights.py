@@ -12,7 +12,8 @@ import torch
 from torch.func import functional_call, vmap
 
 from ..abstain.density import features
-from ..core.predictive import evaluating, sample_chunks
+from ..core.inference.inputs import evaluating
+from ..core.inference.predictive import sample_chunks
 from .base import Posterior
 
 

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ..core.predictive import sample_chunks
+from ..core.inference.predictive import sample_chunks
 from .base import count, register, state_tensor
 from .sampled_weights import WeightSampler
 from .sharpness import stable_lr

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.predictive import evaluating
+from ..core.inference.inputs import evaluating
 
 SHARPNESS_INPUTS = 1000  # the first training inputs the sharpness is measured on
 ITERATIONS = 30  # power iteration's steps

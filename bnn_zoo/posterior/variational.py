@@ -10,14 +10,15 @@ from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 from torch import nn
 
 from ..abstain.density import features
-from ..core.bnn import BayesianNet
-from ..core.predictive import evaluating, network_chunks, own_parameters
+from ..core.networks.bnn import BayesianNet
+from ..core.inference.inputs import evaluating
+from ..core.inference.predictive import network_chunks, own_parameters
 from .base import Posterior, count, mixed, phase_seconds, register
 
 
 @register
 class VariationalPosterior(Posterior):
-    """A guide of a Bayesian network (``bnn_zoo.core.guides``): weights drawn from it; a run's, the
+    """A guide of a Bayesian network (``bnn_zoo.core.networks.guides``): weights drawn from it; a run's, the
     mixture of an ensemble's guides."""
 
     name, title = "bayes", "Bayesian"

@@ -6,7 +6,7 @@ import torch
 
 import bnn_zoo
 from bnn_zoo.data.sets import load_torchvision, normalize
-from bnn_zoo.data.ood_sets import load_notmnist, white_noise
+from bnn_zoo.data.shifted.ood_sets import load_notmnist, white_noise
 
 trained = bnn_zoo.load("lenet")  # shipped inside the package: an ensemble of three mean-field guides
 bayes, rule, sets = bnn_zoo.posteriors(trained)["bayes"], trained.rules["bayes"], trained.sets["bayes"]

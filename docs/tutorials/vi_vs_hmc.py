@@ -3,9 +3,9 @@ the same model, then compare their predictive spread inside and far outside the 
 import torch
 
 import bnn_zoo
-from bnn_zoo.runs.config import load_config
-from bnn_zoo.runs.trained import posteriors
-from bnn_zoo.evaluation.plots import variance_parts
+from bnn_zoo.runs.plans.config import load_config
+from bnn_zoo.runs.storage.trained import posteriors
+from bnn_zoo.evaluation.figures.plots import variance_parts
 from bnn_zoo.cli.train import train
 
 # Small settings so the page builds in a few minutes: 1,000 epochs of SVI, 60 NUTS samples after 60 of warm-up

@@ -248,7 +248,7 @@ def test_a_density_gate_needs_its_scores_and_its_own_cuts():
 
 def test_a_run_s_config_cannot_ask_for_a_density_gate_yet():
     from bnn_zoo.core.errors import ConfigError
-    from bnn_zoo.runs.resume import config_for_run
+    from bnn_zoo.runs.training.resume import config_for_run
 
     with pytest.raises(ConfigError, match="a feature-density gate is certified in Python"):
         config_for_run("mnist_mlp", ["abstention.signal=feature_density"])

@@ -187,8 +187,8 @@ def _shipped_lenet_draws(shared_data, images: torch.Tensor):
     import pyro
 
     from bnn_zoo.data.inputs import pixel_inputs
-    from bnn_zoo.runs.loading import load
-    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.storage.loading import load
+    from bnn_zoo.runs.storage.trained import posteriors
 
     trained = load("lenet")
     with pyro.settings.context(module_local_params=True):
@@ -201,7 +201,7 @@ def test_the_shipped_lenet_s_alarm_stays_silent_on_every_window_of_mnist_s_test_
     """Issue 46: the other writers' digits of MNIST's test set, window by window in the order the files
     hold them (scripts/alarm_rates.py's windows), each a stream of its own: no alarm; a corruption that
     blurs the digits, one stream of 500, sounds it within 50 inputs."""
-    from bnn_zoo.data.corruptions import corrupt
+    from bnn_zoo.data.shifted.corruptions import corrupt
     from bnn_zoo.data.sets import load_torchvision
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)

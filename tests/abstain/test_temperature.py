@@ -47,8 +47,8 @@ def test_a_trained_twin_scaled_on_validation_has_a_lower_test_nll(tiny_run, shar
     import torch.nn.functional as F
 
     from bnn_zoo import load
-    from bnn_zoo.cli.certify import validation_set
-    from bnn_zoo.core.predictive import evaluating
+    from bnn_zoo.evaluation.certification import validation_set
+    from bnn_zoo.core.inference.inputs import evaluating
     from bnn_zoo.data.sets import load_torchvision, normalize
 
     trained = load(tiny_run)

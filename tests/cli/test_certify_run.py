@@ -11,12 +11,13 @@ from bnn_zoo.abstain.after_alarm import after_alarm_rule
 from bnn_zoo.abstain.certify import certify
 from bnn_zoo.abstain.conformal import calibrate_sets
 from bnn_zoo.abstain.temperature import fit_temperature
-from bnn_zoo.cli.certify import certify_trained, main, summary, validation_set
+from bnn_zoo.cli.certify import main
+from bnn_zoo.evaluation.certification import certify_trained, summary, validation_set
 from bnn_zoo.core.errors import CheckpointError, StorageError
-from bnn_zoo.core.predictive import evaluating
+from bnn_zoo.core.inference.inputs import evaluating
 from bnn_zoo.posterior import TWIN_SCALED, certifying
-from bnn_zoo.runs.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
-from bnn_zoo.runs.trained import posteriors, weights_digest
+from bnn_zoo.runs.storage.checkpoint import CALIBRATION, CERTIFIED_WEIGHTS, CHECKPOINT, read, save_atomic
+from bnn_zoo.runs.storage.trained import posteriors, weights_digest
 
 
 def test_the_stored_rules_are_the_certified_ones_on_validation(certified_run):
@@ -146,7 +147,7 @@ def test_an_uncertified_run_says_the_smallest_risk_its_validation_certifies(tiny
 def test_sets_on_too_few_validation_inputs_say_how_many_they_need(tiny_run, tmp_path, capsys):
     """At 99% coverage a set smaller than every class needs 99 calibration inputs: a run whose
     validation split holds fewer says so, and which coverage its inputs allow."""
-    from bnn_zoo.cli.certify import certify_trained
+    from bnn_zoo.evaluation.certification import certify_trained
 
     trained = load(tiny_run, DEVICE)
     x, labels = validation_set(trained)
@@ -291,7 +292,7 @@ def _write_digit(path):
 def test_calibration_leaves_the_caller_s_random_stream(certified_run, tmp_path):
     import torch
 
-    from bnn_zoo.cli.certify import certify_run
+    from bnn_zoo.evaluation.certification import certify_run
 
     run = _copy(certified_run, tmp_path)
     torch.manual_seed(7)
@@ -341,7 +342,7 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
     from bnn_zoo.cli.predict import main as predict_main
     from bnn_zoo.data.sets import load_torchvision, normalize, run_split
     from bnn_zoo.evaluation.evaluate import evaluate_run
-    from bnn_zoo.runs.checkpoint import DENSITIES
+    from bnn_zoo.runs.storage.checkpoint import DENSITIES
 
     run = _copy(certified_run, tmp_path)
     args = [str(run), "--risk", "0.4", "--delta", "0.2", "--max-refusal", "0.1", "--samples", "4"]
@@ -377,7 +378,7 @@ def test_a_twin_certified_with_a_density_gate_answers_through_it_everywhere(cert
 
 def _shipped(run, folder):
     """``run`` shipped into ``folder`` as "shipped", and loaded back by that name."""
-    from bnn_zoo.runs import loading as trained
+    from bnn_zoo.runs.storage import loading as trained
 
     folder.mkdir()
     original = trained.SHIPPED

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from bnn_zoo.cli import evaluate
-from bnn_zoo.data.corruptions import CORRUPTIONS
+from bnn_zoo.data.shifted.corruptions import CORRUPTIONS
 from bnn_zoo.evaluation.results import Evaluation
 from bnn_zoo.posterior import BAYES, TWIN
 

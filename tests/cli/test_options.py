@@ -73,7 +73,7 @@ def test_help_texts_say_what_a_user_needs(capsys):
 
     from bnn_zoo.cli import certify as calibrate
     from bnn_zoo.cli import evaluate, train
-    from bnn_zoo.runs.config import Config
+    from bnn_zoo.runs.plans.config import Config
 
     for main in (train.main, calibrate.main, evaluate.main):
         with pytest.raises(SystemExit):
@@ -106,6 +106,6 @@ def test_train_s_help_names_the_files_that_document_the_keys(capsys):
         main(["--help"])
     said = " ".join(capsys.readouterr().out.split())
     named = re.findall(r"documented in (\S+), the data section's in (\S+)\):", said)
-    assert named == [("bnn_zoo/runs/schema.py", "bnn_zoo/data/config.py")], said
+    assert named == [("bnn_zoo/runs/plans/schema.py", "bnn_zoo/data/config.py")], said
     root = Path(bnn_zoo.__file__).parents[1]
     assert "class Config:" in (root / named[0][0]).read_text() and "class DataConfig:" in (root / named[0][1]).read_text()

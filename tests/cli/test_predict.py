@@ -18,7 +18,7 @@ def test_predict_cli_answers_per_file(tiny_run, tmp_path, capsys):
     from bnn_zoo.abstain.rule import abstain
     from bnn_zoo.data.images import load_image
     from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.storage.loading import load
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     Image.fromarray(images[0].numpy()).save(tmp_path / "digit.png")
@@ -55,7 +55,7 @@ def test_predict_cli_says_which_signal_refused(certified_run, tmp_path, capsys):
     from bnn_zoo.abstain.rule import uncertainty
     from bnn_zoo.data.images import load_image
     from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.storage.loading import load
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     files = []
@@ -104,7 +104,7 @@ def test_where_no_rule_is_certified_predict_answers_with_the_conformal_set(uncer
     class is an "I don't know"; a line says why, what the validation inputs certify and the command."""
     from bnn_zoo.data.images import load_image
     from bnn_zoo.data.sets import load_torchvision, normalize
-    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.storage.loading import load
 
     images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
     files = []
@@ -167,8 +167,8 @@ def _shipped_draws(files: list[str], samples: int) -> torch.Tensor:
     """The shipped lenet's draws for the files, as predict makes them (its seed 0, in the order given)."""
     from bnn_zoo.data.images import load_image
     from bnn_zoo.data.sets import normalize
-    from bnn_zoo.runs.loading import load
-    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.storage.loading import load
+    from bnn_zoo.runs.storage.trained import posteriors
 
     with pyro.settings.context(module_local_params=True):
         pyro.set_rng_seed(0)
@@ -183,7 +183,7 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     alarm and says of each answer whether it came after it; the text says it in plain words."""
     from bnn_zoo.abstain.shift import ShiftAlarm
     from bnn_zoo.data.sets import load_torchvision
-    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.storage.loading import load
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     files = _digits(tmp_path, images[:20], turned=True) + _digits(tmp_path, images[20:50])
@@ -233,7 +233,7 @@ def test_predict_cli_leaves_a_clean_stream_as_the_certified_rule_answers_it(shar
     """20 test digits: no alarm, every answer the certified rule's, none after an alarm; one input is no stream."""
     from bnn_zoo.abstain.shift import ShiftAlarm
     from bnn_zoo.data.sets import load_torchvision
-    from bnn_zoo.runs.loading import load
+    from bnn_zoo.runs.storage.loading import load
 
     images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
     digits = _digits(tmp_path, images[:20])

@@ -12,16 +12,16 @@ from helpers import these_by_default
 
 from bnn_zoo import load, predict
 from bnn_zoo.cli.train import config_for_run, main, train
-from bnn_zoo.core.elbo import TraceKL_ELBO
+from bnn_zoo.core.inference.elbo import TraceKL_ELBO
 from bnn_zoo.core.errors import ConfigError, TrainingError
 from bnn_zoo.data.sets import toy_data
 from bnn_zoo.evaluation.evaluate import evaluate_run
-from bnn_zoo.evaluation.plots import variance_parts
+from bnn_zoo.evaluation.figures.plots import variance_parts
 from bnn_zoo.posterior import BAYES
-from bnn_zoo.runs.checkpoint import CHECKPOINT, HMC_SAMPLES
-from bnn_zoo.runs.config import config_names, resolved
-from bnn_zoo.runs.phases import BayesPhase
-from bnn_zoo.runs.plan import Plan, recipe
+from bnn_zoo.runs.storage.checkpoint import CHECKPOINT, HMC_SAMPLES
+from bnn_zoo.runs.plans.config import config_names, resolved
+from bnn_zoo.runs.training.phases import BayesPhase
+from bnn_zoo.runs.plans.plan import Plan, recipe
 
 RUN_FILES = ["config.yaml", "checkpoint.pt", "twin.pt", "metrics.json", "training.png"]
 
@@ -349,7 +349,7 @@ def test_a_posterior_named_twice_is_refused():
 def test_swag_on_the_toy_regression_trains_and_predicts_about_the_points(tmp_path):
     """Issue 40, 4: SWAG on toy_mlp (noise sd 0.1) ended the run with "Expected parameter loc ...";
     its learning rate is now kept where the steep loss bears it, and it predicts near the points."""
-    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.storage.trained import posteriors
 
     metrics = train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{
         "train.epochs": 300, "train.lr": 0.03, "model.noise_scale": 0.1, "train.posteriors": "[swag]"}))
@@ -370,7 +370,7 @@ def test_a_resume_reads_inputs_both_ways_from_here_and_certifies_its_posteriors_
     import shutil
 
     from bnn_zoo.posterior.reading import BothReadings
-    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.storage.trained import posteriors
 
     run = tmp_path / "run"
     shutil.copytree(certified_run, run)

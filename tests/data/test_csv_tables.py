@@ -8,7 +8,7 @@ from conftest import splits_of, tiny_config
 from bnn_zoo.core.errors import DataError
 from bnn_zoo.data.csv_tables import read_csv, table_columns
 from bnn_zoo.data.own import MAX_CLASSES, read_own, read_rows
-from bnn_zoo.runs.config import with_profile
+from bnn_zoo.runs.plans.config import with_profile
 
 
 def own(tmp_path, kind, path, arch="mnist_mlp", **overrides):

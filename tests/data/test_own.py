@@ -14,13 +14,14 @@ from bnn_zoo import load
 from bnn_zoo.cli.predict import main as predict_main
 from bnn_zoo.cli.train import train
 from bnn_zoo.core.errors import ConfigError, DataError
-from bnn_zoo.data.own import NOISE_FLOOR, SPLIT_SEED, DataProfile, least_squares_sd, read_own
+from bnn_zoo.data.own import SPLIT_SEED, read_own
+from bnn_zoo.data.profile import NOISE_FLOOR, DataProfile, least_squares_sd
 from bnn_zoo.data.sets import validation_split
 from bnn_zoo.evaluation.evaluate import evaluate_run
-from bnn_zoo.runs.checks import check_network_fits
-from bnn_zoo.runs.config import make_config, resolved, with_profile
-from bnn_zoo.runs.plan import Plan
-from bnn_zoo.runs.trained import posteriors
+from bnn_zoo.runs.plans.checks import check_network_fits
+from bnn_zoo.runs.plans.config import make_config, resolved, with_profile
+from bnn_zoo.runs.plans.plan import Plan
+from bnn_zoo.runs.storage.trained import posteriors
 
 NAMES = {0: "zero", 1: "one", 7: "seven"}
 
@@ -35,7 +36,7 @@ def pngs(tmp_path_factory):
     train/CLASS and test/CLASS folders; and 30 notMNIST letters in a folder of their own."""
     from conftest import SHARED_DATA
 
-    from bnn_zoo.data.ood_sets import load_notmnist
+    from bnn_zoo.data.shifted.ood_sets import load_notmnist
     from bnn_zoo.data.sets import load_torchvision
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
@@ -457,7 +458,7 @@ def test_bad_settings_and_files_are_named(tmp_path):
     cfg = with_profile(cfg, splits_of(cfg))
     cfg.arch, cfg.model.hidden = "lenet", None
     with pytest.raises(ValueError, match=r"lenet takes square images \[channels, size, size\], not inputs of shape \[3\]"):
-        from bnn_zoo.runs.factory import build_networks
+        from bnn_zoo.runs.plans.factory import build_networks
         build_networks(Plan.of(cfg).networks, 10)
 
 

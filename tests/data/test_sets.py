@@ -4,7 +4,7 @@ import torch
 from conftest import splits_of
 from helpers import write_idx
 
-from bnn_zoo.data import ood_sets as ood
+from bnn_zoo.data.shifted import ood_sets as ood
 from bnn_zoo.data import sets as data
 from bnn_zoo.data.sets import DataError
 

@@ -9,8 +9,8 @@ from bnn_zoo import load, predict
 from bnn_zoo.abstain.metrics import detection
 from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
 from bnn_zoo.cli.evaluate import main
-from bnn_zoo.data.corruptions import CORRUPTIONS
-from bnn_zoo.data.ood_sets import load_notmnist
+from bnn_zoo.data.shifted.corruptions import CORRUPTIONS
+from bnn_zoo.data.shifted.ood_sets import load_notmnist
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.evaluation.evaluate import Cost, Evaluation, InDistribution
 from bnn_zoo.posterior import BAYES, TWIN, TWIN_SCALED
@@ -235,11 +235,11 @@ def test_the_feature_density_and_the_sets_by_coverage_come_from_the_run_s_own_sp
     measured on the test set (one deterministic prediction: no draws to replay)."""
     from bnn_zoo.abstain.conformal import calibrate_sets
     from bnn_zoo.abstain.density import FeatureDensity
-    from bnn_zoo.cli.certify import validation_set
+    from bnn_zoo.evaluation.certification import validation_set
     from bnn_zoo.data.sets import run_split
     from bnn_zoo.evaluation.evaluate import evaluate_run
     from bnn_zoo.evaluation.results import SetFigures
-    from bnn_zoo.runs.trained import posteriors
+    from bnn_zoo.runs.storage.trained import posteriors
 
     result = evaluate_run(certified_run, num_samples=3, test_size=300, ood=("notmnist",), ood_size=100, seed=2, shift=())
     trained = load(certified_run, DEVICE)
@@ -294,7 +294,7 @@ def test_evaluate_reads_the_user_s_data_folder_before_the_one_the_run_stored(giv
     --data-root, then $BNN_ZOO_DATA, come first; the stored folder is not touched."""
     import shutil
 
-    from bnn_zoo.runs.checkpoint import CHECKPOINT, read, save_atomic
+    from bnn_zoo.runs.storage.checkpoint import CHECKPOINT, read, save_atomic
 
     run, theirs = tmp_path / "run", tmp_path / "their_machine" / "data"
     shutil.copytree(tiny_run, run)

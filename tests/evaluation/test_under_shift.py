@@ -10,15 +10,15 @@ import torch
 from bnn_zoo.abstain.after_alarm import Stream
 from bnn_zoo.abstain.rule import Rule
 from bnn_zoo.abstain.shift import ShiftAlarm, Watched
-from bnn_zoo.core.predictive import seeded
-from bnn_zoo.data.corruptions import CORRUPTIONS, corrupt
+from bnn_zoo.core.inference.predictive import seeded
+from bnn_zoo.data.shifted.corruptions import CORRUPTIONS, corrupt
 from bnn_zoo.data.inputs import pixel_inputs
 from bnn_zoo.data.sets import load_torchvision
 from bnn_zoo.evaluation.evaluate import evaluate_run
 from bnn_zoo.evaluation.results import AlarmResult, BeforeAfter, Evaluation
 from bnn_zoo.evaluation.under_shift import alarm_result, corrupted_sets, default_shift, shifted, streamed
-from bnn_zoo.runs.loading import load
-from bnn_zoo.runs.trained import posteriors
+from bnn_zoo.runs.storage.loading import load
+from bnn_zoo.runs.storage.trained import posteriors
 
 
 def test_the_shift_figures_count_the_inputs_answered_wrong_among_all():
@@ -161,3 +161,15 @@ def test_a_run_on_other_data_has_no_corruptions_and_asking_for_them_says_why():
     assert default_shift(folder) == () and list(corrupted_sets(folder, (), None, 10)) == []  # reads nothing
     with pytest.raises(DataError, match="the corruptions are of 28x28 MNIST-like images; a folder run has none"):
         list(corrupted_sets(folder, ("fog",), None, 10))
+
+
+def test_evaluate_runs_one_alarm_over_each_ood_set(certified_run, shared_data, monkeypatch):
+    """Issue 48: evaluate ran the alarm twice on an OOD set (once for its result, once in its stream).
+    Each posterior's alarm takes the set's 30 inputs once, in its stream, and that is the set's alarm."""
+    taken = []
+    observe = ShiftAlarm.observe
+    monkeypatch.setattr(ShiftAlarm, "observe", lambda self, probs, *a: taken.append(probs.shape[1]) or observe(self, probs, *a))
+    evaluation = evaluate_run(certified_run, num_samples=2, ood=("noise",), ood_size=30, test_size=40,
+                              data_root=str(shared_data), shift=())
+    alarmed = [part for part, r in evaluation.posteriors.items() if r.ood["noise"].alarm is not None]
+    assert alarmed and taken.count(30) == len(alarmed)

@@ -29,7 +29,7 @@ from bnn_zoo.cli.serve import main  # noqa: E402
 from bnn_zoo.data.images import load_image  # noqa: E402
 from bnn_zoo.page.app import EXAMPLES, MAX_UPLOAD, Answerer, create_app, example_pixels  # noqa: E402
 from bnn_zoo.page.guard import allowed_hosts  # noqa: E402
-from bnn_zoo.runs.loading import load  # noqa: E402
+from bnn_zoo.runs.storage.loading import load  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -504,7 +504,7 @@ def test_a_person_draws_clicks_and_uploads(browser, tmp_path):
 
 @pytest.mark.slow
 def test_the_page_refuses_a_calibration_of_other_weights(certified_run, tmp_path):
-    from bnn_zoo.runs.checkpoint import CHECKPOINT, read, save_atomic
+    from bnn_zoo.runs.storage.checkpoint import CHECKPOINT, read, save_atomic
 
     run = tmp_path / "run"
     shutil.copytree(certified_run, run)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from bnn_zoo.core.likelihoods import Categorical
-from bnn_zoo.core.twin import Twin
+from bnn_zoo.core.networks.likelihoods import Categorical
+from bnn_zoo.core.networks.twin import Twin
 from bnn_zoo.posterior.laplace import KFACLaplace, LastLayerLaplace
 from bnn_zoo.posterior.sgmcmc import CyclicalSGMCMC
 from bnn_zoo.posterior.swag import SWAG
@@ -96,7 +96,7 @@ def test_cyclical_sg_mcmc_keeps_its_samples_from_each_cycle_s_cooling():
 
 @pytest.mark.parametrize("kind", [LastLayerLaplace, KFACLaplace])
 def test_a_laplace_posterior_is_for_classifiers(kind):
-    from bnn_zoo.core.likelihoods import Gaussian
+    from bnn_zoo.core.networks.likelihoods import Gaussian
 
     twin = Twin(nn.Sequential(nn.Linear(1, 3), nn.Tanh(), nn.Linear(3, 1)), Gaussian())
     with pytest.raises(ValueError, match="for classifiers"):
@@ -150,7 +150,7 @@ def test_last_layer_laplace_s_curvature_is_the_nll_s_hessian_and_its_factor_the_
 @pytest.fixture(scope="module")
 def sine():
     """A regression twin (fixed noise sd 0.1) fitted by Adam to sin(x) at 200 points in [-2, 2]."""
-    from bnn_zoo.core.likelihoods import Gaussian
+    from bnn_zoo.core.networks.likelihoods import Gaussian
 
     torch.manual_seed(0)
     twin = Twin(nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1)), Gaussian(noise="fixed", scale=0.1))

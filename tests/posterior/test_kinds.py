@@ -20,9 +20,9 @@ from bnn_zoo.posterior import (
     ScaledPosterior,
     VariationalPosterior,
 )
-from bnn_zoo.runs.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
-from bnn_zoo.runs.cost import Cost
-from bnn_zoo.runs.trained import posteriors
+from bnn_zoo.runs.storage.checkpoint import CALIBRATION, CHECKPOINT, MEMBERS, save_atomic
+from bnn_zoo.runs.training.cost import Cost
+from bnn_zoo.runs.storage.trained import posteriors
 
 
 def twin_of(arch, dropout=0.0, seed=0):
@@ -195,7 +195,7 @@ def test_an_ensemble_trains_members_from_their_own_seeds_and_loads_as_a_mixture(
 
 def test_a_shipped_ensemble_answers_as_its_run(ensembles, tmp_path, monkeypatch):
     """ship() carries every member's guide and twin: the shipped mixture predicts as the run's."""
-    from bnn_zoo.runs import loading as trained_module
+    from bnn_zoo.runs.storage import loading as trained_module
 
     run_dir, _ = ensembles["mnist_mlp"]
     monkeypatch.setattr(trained_module, "SHIPPED", tmp_path)

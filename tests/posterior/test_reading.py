@@ -73,3 +73,18 @@ def test_the_inputs_remade_are_the_images_remade_as_the_network_reads_them(share
     brightened = (images[:50].float() * 0.6 + 90).round().to(torch.uint8)
     assert torch.allclose(remade_inputs(normalize(brightened)), normalize(remade(brightened)), atol=1e-6)
     assert remade_inputs(normalize(brightened).double()).dtype == torch.float64
+
+
+def test_the_remade_reading_stays_on_its_inputs_device(shared_data, monkeypatch):
+    """Issue 48: the remade reading moved a GPU batch to the CPU and back. No tensor leaves its device
+    on the way (a move to the CPU, or through numpy, fails here), and the result is the same."""
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    x = normalize(images[:20])
+    expected = remade_inputs(x)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a tensor left its device")
+
+    monkeypatch.setattr(torch.Tensor, "cpu", refused)
+    monkeypatch.setattr(torch.Tensor, "numpy", refused)
+    assert torch.equal(remade_inputs(x), expected)

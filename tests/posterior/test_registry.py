@@ -15,13 +15,14 @@ from bnn_zoo.abstain.rule import uncertainty
 from bnn_zoo.cli.predict import main as predict_main
 from bnn_zoo.cli.train import train
 from bnn_zoo.core.errors import CheckpointError
-from bnn_zoo.core.predictive import evaluating, sample_chunks
+from bnn_zoo.core.inference.inputs import evaluating
+from bnn_zoo.core.inference.predictive import sample_chunks
 from bnn_zoo.data.images import load_image
 from bnn_zoo.data.sets import load_torchvision, normalize
 from bnn_zoo.posterior import KINDS, TWIN, Posterior, fitted_kinds, register
 from bnn_zoo.posterior.base import count
-from bnn_zoo.runs.checkpoint import FITTED
-from bnn_zoo.runs.trained import posteriors
+from bnn_zoo.runs.storage.checkpoint import FITTED
+from bnn_zoo.runs.storage.trained import posteriors
 
 
 class Jittered(Posterior):
@@ -118,7 +119,7 @@ def test_a_kind_registered_here_trains_saves_loads_certifies_answers_and_scores(
 def test_a_trained_run_gets_a_kind_fitted_on_resume_without_a_new_epoch(jittered, tmp_path):
     """``train resume=RUN train.posteriors=[...]``: the kind is fitted around the trained twin, the
     weights stay, and the run is certified again, each posterior's rule and sets."""
-    from bnn_zoo.runs.resume import config_for_run
+    from bnn_zoo.runs.training.resume import config_for_run
 
     if not (SHARED_DATA / "MNIST" / "raw").is_dir():
         pytest.skip(NO_MNIST)

@@ -1,0 +1,97 @@
+"""The scoreboard's scored runs (scripts/scoreboard.py): one run's evaluation on its far and near
+OOD sets with each posterior's training seconds (``ScoredRun``, and its JSON by ``to_dict``), the
+means over the near sets, a posterior's figures under shift over the corruptions
+(``shift_summary``), and the rows and OOD sets of the ladder over every run (``ladder_rows``,
+``all_sets``), which the tables and plots read.
+
+Usage: ``from _board_runs import ScoredRun, all_sets, ladder_rows, shift_summary``
+"""
+from dataclasses import dataclass
+from pathlib import Path
+
+from bnn_zoo.evaluation.evaluate import Evaluation, PosteriorResult
+
+ALARM_WITHIN = 50  # inputs: the shift table counts the corruptions the alarm caught this soon
+
+
+@dataclass
+class ScoredRun:
+    """One run's evaluation on its far and near OOD sets, with each posterior's training seconds."""
+
+    evaluation: Evaluation
+    far: list[str]
+    near: list[str]  # the near sets measured (one the machine cannot build is skipped)
+    train_seconds: dict[str, float]  # per posterior; none for a shipped posterior
+    letter_fonts: list[str] | None = None  # the fonts the letters set was drawn in
+
+    @property
+    def sets(self) -> list[str]:
+        """The OOD sets measured, far then near."""
+        return [n for n in self.far + self.near if n not in self.evaluation.skipped]
+
+    def near_refused(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean refused over the near sets (overlaid digits: refused, or answered with
+        a set holding both), None where there are none."""
+        return _mean([o.refused if o.handled is None else o.handled for o in (result.ood[n] for n in self.near)])
+
+    def near_refused_in_stream(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean refused over the near sets, each answered as one stream with the
+        after-alarm rule acting (``OODResult.refused_in_stream``), None where not measured."""
+        return _mean([o.refused_in_stream for n in self.near if (o := result.ood[n]).refused_in_stream is not None])
+
+    def near_density_auroc(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean AUROC by the feature density over the near sets, None without one."""
+        return _mean([o.by_feature_density.auroc for n in self.near if (o := result.ood[n]).by_feature_density])
+
+    def near_auroc(self, result: PosteriorResult) -> float | None:
+        """A posterior's mean AUROC (``OODResult.best_auroc``) over the near sets."""
+        return _mean([result.ood[n].best_auroc for n in self.near])
+
+    def to_dict(self) -> dict:
+        near = {part: {"refused": self.near_refused(r), "refused_in_stream": self.near_refused_in_stream(r),
+                       "auroc": self.near_auroc(r),
+                       "density_auroc": self.near_density_auroc(r)}
+                for part, r in self.evaluation.posteriors.items()}
+        return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
+                "train_seconds": self.train_seconds, "near_means": near,
+                "shift_means": {part: shift_summary(r, self.evaluation.seen_in_training)
+                                for part, r in self.evaluation.posteriors.items() if r.shift}}
+
+
+def shift_summary(result: PosteriorResult, seen: tuple[str, ...] = ()) -> dict:
+    """A posterior's figures over the corruptions not ``seen`` in training (its run's augmentation
+    covers those: their mean refused and answered wrong are given apart): mean refused, mean and worst
+    share answered wrong (and where), on how many at most 1% is answered wrong, on how many the alarm
+    sounded within ``ALARM_WITHIN`` inputs (None: no alarm reference), and the mean refused and
+    answered wrong by the certified rule alone, the after-alarm rule not acting (None: no alarm reference)."""
+    shift = {name: r for name, r in result.shift.items() if name not in seen}
+    apart = [r for name, r in result.shift.items() if name in seen]
+    worst = max(shift, key=lambda c: shift[c].wrong)
+    alarms = [r.alarm for r in shift.values()]
+    split = [r.by_alarm for r in shift.values()]
+    alone = None if None in split else {"refused_alone": _mean([b.refused_alone for b in split]),
+                                        "wrong_alone": _mean([b.wrong_alone for b in split])}
+    return {"corruptions": len(shift), "refused": _mean([r.refused for r in shift.values()]),
+            **(alone or {"refused_alone": None, "wrong_alone": None}),
+            "wrong": _mean([r.wrong for r in shift.values()]), "worst": worst, "worst_wrong": shift[worst].wrong,
+            "at_most_1pct_wrong": sum(r.wrong <= 0.01 for r in shift.values()),
+            "alarm_within": None if None in alarms else sum(
+                a.alarm_at is not None and a.alarm_at <= ALARM_WITHIN for a in alarms),
+            "clean_alarm_at": result.test.alarm and result.test.alarm.alarm_at,
+            "seen_in_training": {"corruptions": [name for name in result.shift if name in seen],
+                                 "refused": _mean([r.refused for r in apart]), "wrong": _mean([r.wrong for r in apart])}}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def ladder_rows(runs: dict[str, ScoredRun]) -> dict[str, tuple[ScoredRun, str, PosteriorResult]]:
+    """{"run: posterior": (the run, the posterior's name, its result)} over every run and posterior."""
+    return {f"{Path(name).name}: {r.posterior}": (run, part, r)
+            for name, run in runs.items() for part, r in run.evaluation.posteriors.items()}
+
+
+def all_sets(runs: dict[str, ScoredRun]) -> list[str]:
+    return list(dict.fromkeys(n for run in runs.values() for n in run.sets))
+

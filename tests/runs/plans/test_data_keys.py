@@ -1,0 +1,94 @@
+"""Keys that fit some data only (bnn_zoo.runs.plans.data_keys): a recipe's value adapts to the data its
+run reads, saying so in one line; the same value given on the command line for other data is refused."""
+import pytest
+from omegaconf import OmegaConf
+
+from bnn_zoo.core.errors import ConfigError
+from bnn_zoo.runs.plans import data_keys
+from bnn_zoo.runs.plans.config import load_config, resolved
+
+REMADE = "arch: lenet\ndata:\n  remade: true\n"  # a recipe that reads digits as MNIST made them
+
+
+@pytest.fixture
+def nothing_said(monkeypatch):
+    from bnn_zoo.core import errors
+
+    monkeypatch.setattr(errors, "_SAID", set())
+
+
+@pytest.fixture
+def pngs(tmp_path):
+    (tmp_path / "my_pngs" / "a").mkdir(parents=True)
+    return tmp_path / "my_pngs"
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["data.name=folder", "told by data.path"])
+def test_the_readme_s_folder_line_trains_the_lenet_recipe_on_your_images(named, pngs, nothing_said, capsys):
+    """Issue 47: the README's line was refused for a recipe's MNIST-only key, which the user never set;
+    configs/lenet.yaml's augmentation fits a folder of images, so it is kept, in silence."""
+    given = [*(["data.name=folder"] if named else []), f"data.path={pngs}", "abstention.risk=0.05", "run_dir=runs/mine"]
+    cfg = resolved(load_config("lenet", given))
+    assert (cfg.data.name, cfg.train.epochs, cfg.abstention.risk) == ("folder", 40, 0.05)
+    recipe = OmegaConf.to_container(OmegaConf.load("configs/lenet.yaml").augment)
+    assert {key: cfg.augment[key] for key in recipe} == recipe and cfg.augment.p == 0.8
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["data.name=folder", "told by data.path"])
+def test_a_recipe_s_mnist_only_key_is_left_at_its_default_on_your_images(named, pngs, tmp_path, nothing_said, capsys):
+    recipe = tmp_path / "remade.yaml"
+    recipe.write_text(REMADE)
+    given = [*(["data.name=folder"] if named else []), f"data.path={pngs}"]
+    assert resolved(load_config(str(recipe), given)).data.remade is False
+    assert capsys.readouterr().err == (f"note: {recipe} sets data.remade=true, which fits mnist only; this run reads "
+                                       "folder, so it is left at data.remade=false\n")
+    assert load_config(str(recipe), ["data.train_limit=100"]).data.remade is True  # on MNIST it keeps it, silently
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["data.name=folder", "told by data.path"])
+def test_your_own_value_for_data_it_does_not_fit_is_refused(named, pngs):
+    given = [*(["data.name=folder"] if named else []), f"data.path={pngs}", "data.remade=true"]
+    with pytest.raises(ConfigError, match=r"^bad config key 'data.remade': it reads inputs as MNIST's digits were made, "
+                                          r"and this run reads folder: leave it out \(data.remade=false\)"):
+        resolved(load_config("lenet", given))
+
+
+def test_a_recipe_s_augmentation_is_left_out_of_a_table_and_yours_refused(tmp_path, nothing_said, capsys):
+    """The augment section fits images only: a recipe's is left out of a CSV run, in a line; an
+    augment key given on the command line for one (a key of the section) is refused, the recipe's
+    section not dropped behind it."""
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,label\n0.1,0.2,x\n0.3,0.4,y\n")
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("arch: table_mlp\naugment:\n  rotate: 10\n")
+    assert load_config(str(recipe), [f"data.path={table}"]).augment.rotate is None
+    assert capsys.readouterr().err == (f'note: {recipe} sets augment={{"rotate": 10}}, which fits mnist, fashion_mnist, '
+                                       "folder or tensors only; this run reads csv, so it is left out\n")
+    with pytest.raises(ConfigError, match=r"^bad config key 'augment': it transforms images, and this run reads csv"):
+        resolved(load_config(str(recipe), [f"data.path={table}", "augment.rotate=5"]))
+
+
+def test_any_key_of_the_table_adapts_alike(tmp_path, monkeypatch, nothing_said, capsys):
+    """The mechanism is the table's, not data.remade's: a key entered there adapts as it does."""
+    monkeypatch.setitem(data_keys.FITS_DATA, "train.twin_dropout", (("fashion_mnist",), "it drops out"))
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("arch: lenet\ntrain:\n  twin_dropout: 0.5\n")
+    assert load_config(str(recipe), ["data.name=fashion_mnist"]).train.twin_dropout == 0.5
+    assert load_config(str(recipe)).train.twin_dropout == 0.0
+    assert capsys.readouterr().err == (f"note: {recipe} sets train.twin_dropout=0.5, which fits fashion_mnist only; "
+                                       "this run reads mnist, so it is left at train.twin_dropout=0.0\n")
+    with pytest.raises(ConfigError, match="'train.twin_dropout': it drops out, and this run reads mnist"):
+        load_config(str(recipe), ["train.twin_dropout=0.25"])
+    assert OmegaConf.select(OmegaConf.load(recipe), "train.twin_dropout") == 0.5  # the recipe itself untouched
+
+
+def test_a_whole_section_adapts_as_a_key_does(tmp_path, monkeypatch, nothing_said, capsys):
+    """A section that fits some data only (an image augmentation, say) is entered once, by its name."""
+    monkeypatch.setitem(data_keys.FITS_DATA, "mcmc", (("fashion_mnist",), "it samples"))
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("arch: lenet\nmcmc:\n  num_samples: 7\n")
+    assert load_config(str(recipe)).mcmc.num_samples == 300  # the schema's default section
+    assert capsys.readouterr().err.startswith(f"note: {recipe} sets mcmc=")
+    assert load_config(str(recipe), ["data.name=fashion_mnist"]).mcmc.num_samples == 7
