@@ -149,3 +149,14 @@ def test_the_module_map_in_the_docs_is_the_package_s():
     headings = [line[4:line.index("`", 4)] for line in text.splitlines() if line.startswith("## `")]
     assert list(dict.fromkeys(h.split(".")[0] for h in headings)) == list(LAYERS)
     assert [h for h in headings if "." in h] == [room for layer in LAYERS for room in ROOMS if room.startswith(layer + ".")]
+
+
+def test_the_wheel_ships_every_subpackage():
+    """pyproject.toml lists the packages the wheel holds: each folder of the package with an
+    ``__init__`` (a room missing there installs a package that cannot import)."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"bnn_zoo." + _module(p).removesuffix(".__init__") if p.parent != PACKAGE else "bnn_zoo"
+             for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
