@@ -126,8 +126,11 @@ class Answerer:
             knobs = {"threshold": certified["bayes"].threshold if threshold is None else threshold,
                      "quantile": certified["bayes"].quantile if quantile is None else quantile}
             samples = model.trained.config.abstention.samples if samples is None else samples
-            if not 1 <= samples <= MAX_PAGE_SAMPLES:
-                raise BadRequest(f"samples must be a whole number from 1 to {MAX_PAGE_SAMPLES}, got {samples}")
+            fewest = 1 + len(model.trained.members)  # an ensemble draws each member at least once
+            if not fewest <= samples <= MAX_PAGE_SAMPLES:
+                raise BadRequest(f"samples must be a whole number from {fewest} to {MAX_PAGE_SAMPLES}, got {samples}"
+                                 + (f" ({name} is an ensemble of {fewest} members: a sample of each at least)"
+                                    if fewest > 1 else ""))
             try:
                 rules = {part: Rule(knobs["quantile"], knobs["threshold"], r.signal, r.cut)
                          for part, r in certified.items()}

@@ -153,7 +153,10 @@ def test_each_model_answers_in_its_own_classes(client):
     (b"x" * 200_001, {}, 413, "the upload is over"),
     (None, {"threshold": "abc"}, 400, "threshold must be a number"),
     (None, {"threshold": 2}, 400, "threshold must lie in [0, 1]"),
-    (None, {"samples": 0}, 400, "samples must be a whole number from 1 to 1000"),
+    (None, {"samples": 0}, 400, "samples must be a whole number from 3 to 1000"),
+    (None, {"samples": 2}, 400, "samples must be a whole number from 3 to 1000, got 2 (lenet is an ensemble of 3 "
+                                "members: a sample of each at least)"),  # was a 500
+    (None, {"samples": 0, "model": "mnist_mlp"}, 400, "samples must be a whole number from 1 to 1000, got 0"),
     (None, {"model": "resnet"}, 400, "unknown model 'resnet'; choose from lenet, lenet_fashion, mnist_mlp"),
     (None, {"example": "cat"}, 400, "unknown example 'cat'"),
 ])
