@@ -77,13 +77,17 @@ def test_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     assert path.read_text() == "old"
 
 
+def _training(run_dir, *overrides: str) -> subprocess.Popen:
+    """A toy run training into ``run_dir`` in a process of its own, to be killed."""
+    code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
+            f"sys.exit(main(['toy_mlp', 'train.progress=false', *{list(overrides)!r}, 'run_dir={run_dir}']))")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.slow
 def test_a_crash_mid_training_leaves_a_checkpoint_that_resumes(tmp_path):
     """kill -9 in the middle of a run: the checkpoint of the last evaluated epoch is whole."""
-    code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
-            "sys.exit(main(['toy_mlp', 'train.epochs=100000', 'train.eval_every=200', 'train.progress=false',"
-            f" 'run_dir={tmp_path}']))")
-    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = _training(tmp_path, "train.epochs=100000", "train.eval_every=200")
     deadline = time.time() + 120
     while not (tmp_path / CHECKPOINT).exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -149,10 +153,7 @@ def test_every_members_config_is_checked_before_the_first_trains(tmp_path):
 @pytest.mark.slow
 def test_an_ensemble_killed_inside_a_member_resumes(tmp_path):
     """kill -9 while member 2 trains (before or after its first checkpoint), then resume=RUN."""
-    code = ("import sys\nfrom bnn_zoo.cli.train import main\n"
-            "sys.exit(main(['toy_mlp', 'train.members=3', 'train.epochs=400', 'train.eval_every=100',"
-            f" 'train.progress=false', 'train.test_samples=6', 'run_dir={tmp_path}']))")
-    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = _training(tmp_path, "train.members=3", "train.epochs=400", "train.eval_every=100", "train.test_samples=6")
     member = tmp_path / "members" / "2"
     deadline = time.time() + 300
     while not (member / "config.yaml").exists() and time.time() < deadline and run.poll() is None:
