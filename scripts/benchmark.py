@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from _child import in_own_process
+from bnn_zoo.bench.processes import in_own_process
 
 PREDICTION = ("predict", "compiled", "loop")  # bnn_zoo.predict plain and compiled; Pyro's Predictive
 

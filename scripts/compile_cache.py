@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _child import provenance
+from bnn_zoo.bench.provenance import provenance
 
 RUNS = (("cold", "seed=0"), ("warm", "seed=1"), ("off", "seed=2", "train.compile_cache=false"))
 

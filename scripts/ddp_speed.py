@@ -16,8 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _child import provenance
-
+from bnn_zoo.bench.provenance import provenance
 from bnn_zoo.cli import options as cli
 from bnn_zoo.core.errors import ConfigError
 from bnn_zoo.runs.storage.files import write_atomic

@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _child import provenance
-from _gpu_output import PYTEST_RESULT, failures, last_json
-from _gpu_report import SECTIONS, markdown
+from bnn_zoo.bench.gpu_output import PYTEST_RESULT, failures, last_json
+from bnn_zoo.bench.gpu_report import SECTIONS, markdown
+from bnn_zoo.bench.provenance import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

@@ -6,7 +6,7 @@ likelihood of scale 1) trained by (every plain-PyTorch contender with the zoo's 
   zoo            bnn_zoo's step with Pyro's Python at every step (train.capture=eager)
   zoo_traced     the step captured once and replayed op by op (train.capture=trace)
   zoo_compiled   the captured step compiled by torch.compile (train.capture=compile)
-  bbb            Bayes by Backprop written by hand in plain PyTorch (scripts/_peer_steps.py)
+  bbb            Bayes by Backprop written by hand in plain PyTorch (bnn_zoo.bench.peers)
   bbb_compiled   the same, its loss compiled by torch.compile (with torch's random numbers, as the zoo's)
   tyxe           TyXe 0.0.2's VariationalBNN with its AutoNormal guide and Pyro's SVI
   bt_reparam     bayesian-torch's dnn_to_bnn, Reparameterization layers
@@ -22,8 +22,9 @@ a process of its own, on the device given (TyXe's prior too); the contenders tak
 ``python -m bnn_zoo.train`` takes (Adam's update in the captured step). The peers install with
 ``pip install -e .[bench]``; one that is missing is skipped with the reason; one that fails (or
 outlasts --timeout) is reported with its reason while the others are still measured, and the
-exit code is 1. TyXe 0.0.2 calls ``pyro.util.deep_getattr``, which Pyro 1.9 no longer has: this
-script supplies it (``functools.reduce(getattr, ...)``, what it was).
+exit code is 1. TyXe 0.0.2 calls ``pyro.util.deep_getattr``, which Pyro 1.9 no longer has:
+``bnn_zoo.bench.peers`` supplies it (``functools.reduce(getattr, ...)``, what it was). A progress
+bar on stderr counts the measurements.
 
 Usage: python scripts/peers.py [--archs mnist_mlp lenet tiny] [--contenders zoo bbb ...]
            [--steps 50] [--rounds 3] [--device auto] [--timeout S] [--json peers.json]
@@ -34,8 +35,11 @@ import statistics
 import sys
 import time
 
-from _child import ChildFailed, in_own_process, provenance
-from _peer_steps import CONTENDERS, training_step
+from tqdm.auto import tqdm
+
+from bnn_zoo.bench.peers import CONTENDERS, training_step
+from bnn_zoo.bench.processes import ChildFailed, in_own_process
+from bnn_zoo.bench.provenance import provenance
 
 SHAPES = {"mnist_mlp": ("mnist_mlp", None, 128), "lenet": ("lenet", None, 128), "tiny": ("toy_mlp", [16], 2)}
 
@@ -87,20 +91,25 @@ def _child(spec: dict, timeout: float | None = None) -> dict:
 def run_rounds(args) -> dict:
     """{shape: {contender: {"steps_per_s": median over rounds, "rounds": [...], "warmup_s": ...}}}"""
     results: dict = {shape: {c: {"rounds": []} for c in args.contenders} for shape in args.archs}
-    for _ in range(args.rounds):
-        for shape in args.archs:
-            for contender in args.contenders:
-                entry = results[shape][contender]
-                if "skipped" in entry or "failed" in entry:
-                    continue
-                steps = args.steps * (20 if shape == "tiny" else 1)
-                r = _child({"contender": contender, "shape": shape, "device": args.device, "steps": steps,
-                            "warmup": max(5, steps // 10)}, args.timeout)
-                if "skipped" in r or "failed" in r:
-                    entry.update(r)
-                    continue
-                entry["rounds"].append(r["steps_per_s"])
-                entry["warmup_s"] = r["warmup_s"]
+    with tqdm(total=args.rounds * len(args.archs) * len(args.contenders), desc="peers", unit="measurement",
+              leave=False) as progress:
+        for _ in range(args.rounds):
+            for shape in args.archs:
+                for contender in args.contenders:
+                    entry = results[shape][contender]
+                    if "skipped" in entry or "failed" in entry:  # not measured again: its turn is done
+                        progress.update()
+                        continue
+                    progress.set_postfix_str(f"{shape} {contender}")
+                    steps = args.steps * (20 if shape == "tiny" else 1)
+                    r = _child({"contender": contender, "shape": shape, "device": args.device, "steps": steps,
+                                "warmup": max(5, steps // 10)}, args.timeout)
+                    progress.update()
+                    if "skipped" in r or "failed" in r:
+                        entry.update(r)
+                        continue
+                    entry["rounds"].append(r["steps_per_s"])
+                    entry["warmup_s"] = r["warmup_s"]
     for entries in results.values():
         for entry in entries.values():
             if entry["rounds"]:

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from _child import provenance
+from bnn_zoo.bench.provenance import provenance
 
 TABLES = {"diabetes": "load_diabetes", "breast_cancer": "load_breast_cancer", "digits": "load_digits",
           "wine": "load_wine", "iris": "load_iris"}

@@ -12,8 +12,7 @@ import sys
 import tempfile
 import time
 
-from _child import in_own_process
-
+from bnn_zoo.bench.processes import in_own_process
 from bnn_zoo.cli import options as cli
 from bnn_zoo.cli.train import train
 from bnn_zoo.core.fast.captured_step import MODES

@@ -8,7 +8,6 @@ import importlib.util
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -83,8 +82,8 @@ def fill(folder) -> None:
 
 
 def load_script(name: str):
-    if str(SCRIPTS_DIR) not in sys.path:  # as `python scripts/NAME.py` has it: the scripts import _child
-        sys.path.insert(0, str(SCRIPTS_DIR))
+    """scripts/NAME.py as a module (scripts/ is not put on sys.path: a script imports the package,
+    never another script)."""
     path = SCRIPTS_DIR / f"{name}.py"
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)

@@ -17,8 +17,9 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
-from ..core.errors import UserError, say
+from ..core.errors import ConfigError, UserError, say
 from ..runs.plans.checks import MAX_SAMPLES
+from ..runs.storage.files import check_writable
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -124,6 +125,19 @@ def add_data_options(parser: argparse.ArgumentParser, ood_size: bool = True, siz
     if ood_size:
         parser.add_argument("--ood-size", type=count, default=None if sizes else 10000,
                             help=f"images per out-of-distribution set (default {sizes or 10000})")
+
+
+def output_file(option: str, path: str | Path) -> Path:
+    """The file ``option`` names for a command to write at the end, checked before the work: its
+    folder there and writable, the path no folder and no symbolic link."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise ConfigError(f"{option} {path}: folder {path.parent} does not exist; create it or write elsewhere")
+    if path.is_symlink() or path.is_dir():
+        raise ConfigError(f"{option} {path} is a {'symbolic link' if path.is_symlink() else 'folder'}; "
+                          "give the path of a file to write")
+    check_writable(path.parent)
+    return path
 
 
 def note(line: str | None) -> None:

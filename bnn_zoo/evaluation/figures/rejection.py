@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyro
 import torch
+from tqdm.auto import tqdm
 
 from ...abstain.metrics import reliability_bins
 from ...abstain.rule import Rule, abstain, risk_coverage
@@ -20,7 +21,7 @@ from ...data.shifted.ood_sets import ood_images
 from ...posterior import BAYES, KINDS, TWIN
 from ...runs.storage.files import write_atomic
 from ...runs.storage.loading import is_shipped
-from ...runs.storage.trained import sampled_probs
+from ...runs.storage.trained import posteriors
 from . import plots
 from ..evaluate import InDistribution, OODResult, in_distribution, load_for_evaluation, ood_result
 
@@ -76,7 +77,8 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
                      test_size: int | None = None, ood_size: int = 10000, grid: int = 6,
                      data_root: str | None = None, device: str = "auto", seed: int = 0) -> RejectionReport:
     """Refusals on MNIST test and an OOD set for a trained run, each model under its rule (see
-    ``Trained.rules_for``); writes JSON and plots to out_dir."""
+    ``Trained.rules_for``); writes JSON and plots to out_dir. A progress bar on stderr counts each
+    posterior's predictions on each set, then the plots."""
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     device = trained.device
@@ -84,15 +86,22 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
     out_dir = report_folder(run_dir, ood, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ood_x = pixel_inputs(trained.data, ood_images(ood, root, ood_size, seed)).to(device)
-    with seeded(seed, device):
-        in_probs = sampled_probs(trained, x.to(device), num_samples)
-        ood_probs = sampled_probs(trained, ood_x, num_samples)
-
-    refusals = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
-                            ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}
-    report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_x), refusals)
-    write_atomic(out_dir / f"reject_{ood}.json", json.dumps(report.to_dict(), indent=2))
-    _draw(out_dir, ood, x[:, 0].cpu(), labels, ood_x[:, 0].cpu(), in_probs, ood_probs, rules[BAYES], grid)
+    rungs = posteriors(trained)
+    in_probs, ood_probs = {}, {}
+    # it says it works; the bar goes with the work, a failure's line not written after it
+    with tqdm(total=2 * len(rungs) + 1, desc=f"reject_{ood}", unit="step", leave=False) as progress:
+        with seeded(seed, device):  # each posterior on the test set, then each on the OOD set
+            for probs, inputs, where in ((in_probs, x.to(device), "test set"), (ood_probs, ood_x, ood)):
+                for part, posterior in rungs.items():
+                    progress.set_postfix_str(f"{part} on the {where}")
+                    probs[part] = posterior.predict(inputs, num_samples)
+                    progress.update()
+        refusals = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
+                                   ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}
+        report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_x), refusals)
+        write_atomic(out_dir / f"reject_{ood}.json", json.dumps(report.to_dict(), indent=2))
+        progress.set_postfix_str("the plots")
+        _draw(out_dir, ood, x[:, 0].cpu(), labels, ood_x[:, 0].cpu(), in_probs, ood_probs, rules[BAYES], grid)
     return report
 
 

@@ -30,7 +30,7 @@ def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_p
     assert script_main("noise", [str(tiny_run), "--out", str(out), "--samples", "5", "--test-size", "200",
                                  "--ood-size", "50"], "doc") == 0
     printed, said = capsys.readouterr()
-    assert said == f"wrote reject_noise.json and the plots to {out}\n"  # where its six files are
+    assert said.splitlines()[-1] == f"wrote reject_noise.json and the plots to {out}"  # where its six files are
     assert sorted(path.name for path in out.iterdir()) == ["histograms.png", "mean_probabilities.png", "refusal_vs_threshold.png",
                                                           "reject_noise.json", "reliability.png", "risk_coverage.png"]
     assert "refused on MNIST" in printed and "Bayesian" in printed and "deterministic" in printed
@@ -53,6 +53,18 @@ def test_rejection_report_gives_the_rule_s_refusals(tiny_run, shared_data, tmp_p
     for plot in ("histograms", "mean_probabilities", "refusal_vs_threshold", "risk_coverage", "reliability"):
         with Image.open(out / f"{plot}.png") as img:
             assert min(img.size) > 300 and len(img.convert("L").getcolors(256) or ()) > 20  # a drawn figure
+
+
+def test_the_rejection_report_says_it_is_working_on_stderr(tiny_run, tmp_path, capsys):
+    """Issue 51: reject_notmnist.py lenet printed nothing for minutes. A progress bar counts each
+    posterior's predictions on each set, then the plots, and leaves stdout to the table."""
+    from bnn_zoo.runs.storage.trained import posteriors
+
+    steps = 2 * len(posteriors(load(tiny_run))) + 1
+    rejection_report(tiny_run, "noise", tmp_path, num_samples=2, test_size=50, ood_size=20)
+    printed, said = capsys.readouterr()
+    assert re.search(rf"reject_noise: +0%\|.*\| 0/{steps} ", said) and printed == ""
+    assert "bayes on the test set]" in said  # what it is doing
 
 
 def test_rejection_report_refuses_a_missing_run(tmp_path, capsys):

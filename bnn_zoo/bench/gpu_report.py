@@ -68,6 +68,8 @@ def targets(report: dict) -> list[tuple[str, float | None, str, bool | None]]:
 
 
 def markdown(report: dict) -> str:
+    """The report's heading and provenance, the table of ``targets``, each section's state, then each
+    section's figures (a failed one's error)."""
     lines = [f"# gpu_check: {report.get('device')}, torch {report.get('torch')}, commit {report.get('commit')}", "",
              f"`{report.get('command')}`: {_num(report.get('wall_s'), 0)} s of a {_num(report.get('budget_s'), 0)} s "
              f"budget; {report.get('machine')}", "", "| target | measured | bound | met |", "| --- | --- | --- | --- |"]

@@ -9,6 +9,8 @@ import re
 
 
 def last_json(text: str):
+    """The last line of ``text`` that is a JSON object (a measuring script's figures), read; a
+    ValueError naming the output's end where it has none."""
     for line in reversed(text.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)

@@ -1,15 +1,26 @@
-"""The scoreboard's scored runs (scripts/scoreboard.py): one run's evaluation on its far and near
-OOD sets with each posterior's training seconds (``ScoredRun``, and its JSON by ``to_dict``), the
+"""A run scored for the scoreboard (scripts/scoreboard.py): its evaluation on its far and near OOD
+sets (``score``: the near ones those of its data, ``NEAR_FOR``) with each posterior's training
+seconds (``training_seconds``, from metrics.json), as a ``ScoredRun`` (its JSON by ``to_dict``); the
 means over the near sets, a posterior's figures under shift over the corruptions
 (``shift_summary``), and the rows and OOD sets of the ladder over every run (``ladder_rows``,
 ``all_sets``), which the tables and plots read.
 
-Usage: ``from _board_runs import ScoredRun, all_sets, ladder_rows, shift_summary``
+Usage: ``run = score("lenet", 100, 10000, 2000, training_seconds("lenet"), shift_size=500)``
 """
+from __future__ import annotations
+
 from dataclasses import dataclass
 from pathlib import Path
 
-from bnn_zoo.evaluation.evaluate import Evaluation, PosteriorResult
+from ...core.errors import ConfigError
+from ...data.own import OWN_DATA
+from ...data.shifted.ood_sets import NEAR, font_files
+from ...posterior import KINDS
+from ...runs.storage.checkpoint import MEMBERS
+from ...runs.storage.files import read_json
+from ...runs.storage.loading import load
+from ..evaluate import DEFAULT_OOD, default_ood, evaluate_run
+from ..results import Evaluation, PosteriorResult
 
 ALARM_WITHIN = 50  # inputs: the shift table counts the corruptions the alarm caught this soon
 
@@ -48,6 +59,8 @@ class ScoredRun:
         return _mean([result.ood[n].best_auroc for n in self.near])
 
     def to_dict(self) -> dict:
+        """The evaluation's JSON, with the sets, fonts, training seconds and the means over the near
+        sets and the corruptions."""
         near = {part: {"refused": self.near_refused(r), "refused_in_stream": self.near_refused_in_stream(r),
                        "auroc": self.near_auroc(r),
                        "density_auroc": self.near_density_auroc(r)}
@@ -93,5 +106,47 @@ def ladder_rows(runs: dict[str, ScoredRun]) -> dict[str, tuple[ScoredRun, str, P
 
 
 def all_sets(runs: dict[str, ScoredRun]) -> list[str]:
+    """Every OOD set measured on any run, in the order they were first met."""
     return list(dict.fromkeys(n for run in runs.values() for n in run.sets))
 
+
+# Near sets for a FashionMNIST run: the ones that are not digits themselves.
+NEAR_FOR = {"mnist": NEAR, "fashion_mnist": ("letters", "constant", "scribbles", "blank")}
+
+
+def ood_sets(run_dir: str, folders: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """A run's far OOD sets (with the NAME=FOLDER ones given) and near ones: for your own data,
+    the folders alone."""
+    cfg = load(run_dir).config
+    if cfg.data.name not in (*DEFAULT_OOD, *OWN_DATA):
+        raise ValueError(f"{run_dir} is not a classifier run (data {cfg.data.name!r})")
+    return [*default_ood(cfg), *folders], list(NEAR_FOR.get(cfg.data.name, ()))
+
+
+def score(run_dir: str, samples: int, ood_size: int, near_size: int, train_seconds: dict[str, float],
+          folders: tuple[str, ...] = (), **kwargs) -> ScoredRun:
+    """``run_dir`` evaluated (``evaluate_run``, given ``kwargs``) on its far sets, ``ood_size`` images
+    each, and its near sets, ``near_size`` each (one the machine cannot build is left out)."""
+    entries, near = ood_sets(run_dir, folders)
+    far = [e.partition("=")[0] for e in entries]
+    sizes = {**dict.fromkeys(far, ood_size), **dict.fromkeys(near, near_size)}
+    evaluation = evaluate_run(run_dir, samples, ood=tuple(entries + near), ood_size=sizes, **kwargs)
+    near = [n for n in near if n not in evaluation.skipped]
+    fonts = [Path(f).name for f in font_files()] if "letters" in near else None  # letters are drawn in them
+    return ScoredRun(evaluation, far, near, train_seconds, fonts)
+
+
+def training_seconds(run_dir: str) -> dict[str, float]:
+    """Seconds each posterior took to obtain (``Posterior.training_seconds`` of each registered
+    kind), from metrics.json and the ensemble members'; nothing for a shipped posterior, which has
+    no metrics.json. A damaged metrics.json is refused in one line naming it."""
+    runs = [Path(run_dir), *sorted(Path(run_dir, MEMBERS).glob("*"))]
+    paths = [r / "metrics.json" for r in runs if (r / "metrics.json").is_file()]
+    fix = "train the run again, or delete the file to leave its training time out"
+    metrics = [read_json(path, "metrics file bnn-zoo wrote", fix) for path in paths]
+    try:
+        seconds = {name: kind.training_seconds(metrics) for name, kind in KINDS.items()}
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ConfigError(f"{' or '.join(map(str, paths))} lacks the training times the scoreboard reads "
+                          f"({err.__class__.__name__}: {err}); {fix}") from None
+    return {name: s for name, s in seconds.items() if s is not None}

@@ -1,13 +1,30 @@
-"""The contenders of scripts/peers.py: for each, a closure that runs one optimizer step of the
+"""The contenders scripts/peers.py times: for each, a closure that runs one optimizer step of the
 same Bayesian network (N(0, 1) prior, a Normal posterior per weight started at sd ``INIT_SCALE``,
 one weight draw per minibatch, Adam at ``LR``) on a minibatch and returns its loss: the zoo's own
 step (train.capture eager, trace or compile), Bayes by Backprop written by hand (eager or compiled),
 TyXe, bayesian-torch (Reparameterization or Flipout), blitz, and the plain twin (eager or compiled).
-The peers are imported only when their step is built (``pip install -e .[bench]``).
+The peers are imported only when their step is built (``pip install -e .[bench]``): importing this
+module needs none of them.
 
 Usage: ``step = training_step("bbb", "mnist_mlp", None, 128, torch.device("cpu")); loss = step(x, y)``
 """
+import functools
 import math
+
+import pyro
+import pyro.distributions as dist
+import pyro.util
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from ..core.networks.architectures import make_net
+from ..runs.plans.config import load_config, resolved
+from ..runs.plans.plan import Plan
+from ..runs.training.loop import adam
+from ..runs.training.loop import training_step as loop_step
+from ..runs.training.phases import BayesPhase
 
 CONTENDERS = ("zoo", "zoo_traced", "zoo_compiled", "bbb", "bbb_compiled", "tyxe", "bt_reparam", "bt_flipout", "blitz",
               "twin", "twin_compiled")
@@ -20,8 +37,6 @@ LR = 1e-3
 def data_fit(out, y):
     """The minibatch's negative log-likelihood, summed, up to a constant: cross-entropy for labels,
     a Gaussian of scale 1 for real targets (the tiny network)."""
-    import torch.nn.functional as F
-
     if y.is_floating_point():
         return 0.5 * ((out.squeeze(-1) - y) ** 2).sum()
     return F.cross_entropy(out, y, reduction="sum")
@@ -32,10 +47,6 @@ def bayes_by_backprop(net, prior_scale: float = 1.0, init_scale: float = INIT_SC
     w = mu + softplus(rho) * eps (one draw per minibatch), a N(0, prior_scale^2) prior with its
     closed-form KL. Returns (parameters, loss(x, y, num_batches)): the minibatch's summed NLL plus
     KL / number of batches."""
-    import torch
-    import torch.nn.functional as F
-    from torch.func import functional_call
-
     names = [n for n, _ in net.named_parameters()]
     mus = [p.detach().clone().requires_grad_() for p in net.parameters()]
     rhos = [torch.full_like(p, math.log(math.expm1(init_scale))).requires_grad_() for p in net.parameters()]
@@ -52,14 +63,7 @@ def bayes_by_backprop(net, prior_scale: float = 1.0, init_scale: float = INIT_SC
 
 
 def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
-    import pyro
-
-    from bnn_zoo.runs.plans.config import load_config, resolved
-    from bnn_zoo.runs.training.loop import adam
-    from bnn_zoo.runs.training.loop import training_step as loop_step
-    from bnn_zoo.runs.training.phases import BayesPhase
-    from bnn_zoo.runs.plans.plan import Plan
-
+    """The zoo's step as ``python -m bnn_zoo.train`` takes it, under ``train.capture=capture``."""
     pyro.settings.set(module_local_params=True)  # as python -m bnn_zoo.train runs
 
     def refuse(note: str):  # a step that fell back to another mode would be timed under a wrong name
@@ -80,17 +84,11 @@ def _zoo(capture: str, arch: str, hidden, batch_size: int, device):
 
 
 def _tyxe(net, regression: bool, device):
-    import functools
-
-    import pyro
-    import pyro.distributions as dist
-    import pyro.util
-
+    """TyXe 0.0.2's VariationalBNN and Pyro's SVI. It calls ``pyro.util.deep_getattr``, which Pyro 1.9
+    no longer has: supplied here (``functools.reduce(getattr, ...)``, what it was)."""
     if not hasattr(pyro.util, "deep_getattr"):  # removed from Pyro after TyXe 0.0.2 was released
         pyro.util.deep_getattr = lambda obj, name: functools.reduce(getattr, name.split("."), obj)
     import tyxe
-
-    import torch
 
     prior = dist.Normal(torch.tensor(0.0, device=device), torch.tensor(1.0, device=device))  # its sites' device
     bnn = tyxe.VariationalBNN(net.to(device), tyxe.priors.IIDPrior(prior),
@@ -108,9 +106,8 @@ def _tyxe(net, regression: bool, device):
 
 
 def _bayesian_torch(net, kind: str, device):
+    """bayesian-torch's ``dnn_to_bnn`` layers (``kind``: Reparameterization or Flipout) and their KL."""
     from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
-
-    from bnn_zoo.runs.training.loop import adam
 
     dnn_to_bnn(net, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0,
                      "posterior_rho_init": math.log(math.expm1(INIT_SCALE)), "type": kind, "moped_enable": False})
@@ -132,9 +129,6 @@ def _blitz(net, device):
     sample (cross-entropy plus its Monte Carlo KL, ``kl_divergence_from_nn``, per example)."""
     from blitz.losses import kl_divergence_from_nn
     from blitz.modules import BayesianConv2d, BayesianLinear
-    from torch import nn
-
-    from bnn_zoo.runs.training.loop import adam
 
     rho = math.log(math.expm1(INIT_SCALE))
     prior = {"prior_sigma_1": 1.0, "prior_sigma_2": 1.0, "prior_pi": 1.0, "posterior_rho_init": rho}
@@ -161,12 +155,6 @@ def _blitz(net, device):
 def training_step(contender: str, arch: str, hidden, batch_size: int, device):
     """A closure ``step(x, y)`` running one optimizer step of ``contender`` on a minibatch; it
     returns the minibatch's loss (in the contender's own scaling)."""
-    import torch
-
-    from bnn_zoo.core.networks.architectures import make_net
-    from bnn_zoo.runs.training.loop import adam
-    from bnn_zoo.runs.training.loop import training_step as loop_step
-
     if contender in CAPTURE:
         return _zoo(CAPTURE[contender], arch, hidden, batch_size, device)
     net = make_net(arch, hidden).to(device)

@@ -1,12 +1,13 @@
-"""Each measurement in a Python process of its own: the scripts' one way to run themselves with
-``--child SPEC`` and read back the JSON their last line prints (so a figure's memory, threads and
+"""Each measurement in a Python process of its own: a script's one way to run itself with
+``--child SPEC`` and read back the JSON its last line prints (so a figure's memory, threads and
 compiled state are its own, and one contender cannot warm up another).
 
-Usage: ``result = in_own_process(__file__, {"arch": "lenet", ...})``
+Usage (in a script that answers ``--child SPEC`` with one line of JSON)::
+
+    result = in_own_process(__file__, {"arch": "lenet", ...}, timeout=600)
 """
 import json
 import os
-import shlex
 import subprocess
 import sys
 
@@ -37,22 +38,3 @@ def in_own_process(script: str, spec: dict, timeout: float | None = None) -> dic
     except (IndexError, json.JSONDecodeError):
         raise ChildFailed(spec, f"no JSON on its last line of output: {done.stdout.strip()[-500:]!r} "
                                 f"{done.stderr.strip()[-1500:]}", 0) from None
-
-
-def provenance() -> dict:
-    """What a figure needs beside it: the command that measured it, the commit of the code it ran,
-    and the machine (the docs' results page prints them with the figures)."""
-    import platform
-
-    import torch
-
-    try:  # "+changes" where the tree differs from its commit
-        here = os.path.dirname(os.path.abspath(__file__))
-        commit = subprocess.run(["git", "describe", "--always", "--dirty=+changes"], cwd=here, capture_output=True,
-                                text=True).stdout.strip() or "unknown"
-    except OSError:  # no git here: the figure still gets written
-        commit = "unknown"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return {"command": shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]]), "commit": commit,
-            "machine": f"{cores} CPU cores ({platform.machine()}), {gpu}"}

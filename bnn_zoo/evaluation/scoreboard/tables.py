@@ -7,10 +7,9 @@ Usage: ``text = markdown(runs)``  # runs: {name: ScoredRun}
 """
 from typing import Callable
 
-from _board_runs import ALARM_WITHIN, ScoredRun, all_sets, ladder_rows, shift_summary
-
-from bnn_zoo.evaluation.evaluate import InDistribution, OODResult, PosteriorResult
-from bnn_zoo.evaluation.split_fits import TARGETS
+from ..results import InDistribution, OODResult, PosteriorResult
+from ..split_fits import TARGETS
+from .scored import ALARM_WITHIN, ScoredRun, all_sets, ladder_rows, shift_summary
 
 # (header, shown in percent, the figure): the in-distribution columns, then those per OOD set
 IN_DISTRIBUTION: list[tuple[str, bool, Callable[[InDistribution], float]]] = [
@@ -40,6 +39,7 @@ def _cell(value, percent: bool) -> str:
 
 
 def markdown(runs: dict[str, ScoredRun]) -> str:
+    """Every table of the scoreboard, one after another."""
     lines = ["| run | model | rule | " + " | ".join(header for header, _, _ in IN_DISTRIBUTION) +
              " | near-OOD refused (mean; overlaid: or both in the set) | near-OOD refused, each set one stream (mean) |",
              "|" + " --- |" * (len(IN_DISTRIBUTION) + 5)]
