@@ -11,8 +11,8 @@ Usage::
     trained = bnn_zoo.load("lenet")                             # a run directory, or a shipped name
     probs = bnn_zoo.posteriors(trained)["bayes"].predict(x, num_samples=100)   # guide or ensemble alike
     probs = bnn_zoo.predict(model, guide, x, num_samples=100)   # one guide (or weight samples)
-    trained.alarm("bayes").observe(probs).describe()            # do these inputs still look certified-like?
-    trained.stream("bayes").decide(probs).decision.refused      # after the alarm, the after-alarm rule too
+    trained.alarm("bayes").observe(probs, inputs=x).describe()  # do these inputs still look certified-like?
+    trained.stream("bayes").decide(probs, inputs=x).decision.refused   # after the alarm, the after-alarm rule too
 """
 from importlib.metadata import PackageNotFoundError, version
 

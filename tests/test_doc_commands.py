@@ -154,7 +154,7 @@ RUN = [
     ("python scripts/alarm_rates.py lenet", {}, "--streams 2 --length 50 --orders 1 --samples 3"),
     # your own data: a folder of images, a table, a network of your own
     ("python -m bnn_zoo.train lenet data.name=folder data.path=my_pngs abstention.risk=0.05 run_dir=runs/mine", {}, OWN),
-    ("python -m bnn_zoo.evaluate runs/mine --ood letters=my_letters", {}, EVALUATE),
+    ("python -m bnn_zoo.evaluate runs/mine --ood mine=my_letters", {}, EVALUATE),
     ("python -m bnn_zoo.train lenet data.name=folder data.path=DIR", {"DIR": "my_pngs"}, f"{OWN} run_dir=runs/pngs"),
     ("python scripts/export_pngs.py fashion_mnist fashion", {}, "--per-class 20"),
     ("python scripts/export_pngs.py mnist digits", {}, "--per-class 20 --test-per-class 20"),

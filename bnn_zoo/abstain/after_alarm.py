@@ -15,7 +15,7 @@ Usage::
 
     after = after_alarm_rule(val_probs, val_labels, certified.rule, risk=0.01, delta=0.05)
     stream = Stream(certified.rule, ShiftAlarm.of(entry), after.rule)   # entry: calibration.json's "bayes", say
-    answered = stream.decide(probs)          # [S, N, C], the next inputs in the order they came
+    answered = stream.decide(probs, inputs=x)   # [S, N, C], the next inputs [N, ...] in the order they came
     answered.decision.refused, answered.after_alarm, stream.describe()
 """
 from __future__ import annotations
@@ -132,9 +132,11 @@ class Stream:
         return self.act and self.after_alarm is not None and self.alarm is not None and not self.asked_rule
 
     def decide(self, probs: torch.Tensor, density: torch.Tensor | None = None, again: bool = False,
-               rule: Rule | Callable[..., Decision] | None = None) -> StreamDecision:
+               rule: Rule | Callable[..., Decision] | None = None,
+               inputs: torch.Tensor | None = None) -> StreamDecision:
         """The decisions for the stream's next inputs, by their sampled predictions [S, N, C] in
-        order (``density``: the scores a density gate reads). ``again``: they are the last N inputs
+        order (``density``: the scores a density gate reads; ``inputs``: the inputs themselves [N, ...],
+        whose exact repeats the alarm counts, ``ShiftAlarm.observe``). ``again``: they are the last N inputs
         asked again (the alarm does not take them twice); ``rule``: the rule a caller answers with. The
         stream decides, here alone, whether that is its own certified rule (None, or equal to it), which
         the after-alarm rule follows, or another (a rule of other knobs, conformal sets), which it does not."""
@@ -142,7 +144,7 @@ class Stream:
         n, self.asked_rule = probs.shape[1], not own
         seen = self.alarm.seen if self.alarm is not None else 0
         if self.alarm is not None and not again:
-            self.alarm.observe(probs, density)
+            self.alarm.observe(probs, density, inputs)
         first = seen - n + 1 if again else seen + 1
         position = torch.arange(first, first + n, device=probs.device)
         at = self.alarm.alarm_at if self.alarm is not None else None

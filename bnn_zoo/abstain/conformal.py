@@ -122,6 +122,12 @@ class ConformalSets:
                    None if samples is None else int(samples))
 
 
+def percent(coverage: float) -> str:
+    """A coverage (1 - alpha) as a person writes it, to the digits it has: 90%, 95%, 99.9%; never
+    rounded up to 100% (a set at 99.9% may leave a class out, one at 100% never does)."""
+    return f"{round(100 * coverage, 8):.10g}%"
+
+
 def fewest_inputs(alpha: float) -> int:
     """The fewest calibration inputs that give sets at coverage 1 - ``alpha`` a finite threshold, so
     that a set can be smaller than every class: n >= 1/alpha - 1 (below it ceil((n + 1)(1 - alpha))

@@ -6,6 +6,8 @@ Usage: ``detection(entropy_mnist, entropy_notmnist)  # {"auroc", "aupr", "fpr95"
 from __future__ import annotations
 
 import torch
+
+from ..data.vision import torchvision  # noqa: F401 - first: torchmetrics imports it, a mismatch is said in a line
 from torchmetrics.functional.classification import (
     binary_auroc,
     binary_average_precision,

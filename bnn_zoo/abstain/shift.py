@@ -24,10 +24,11 @@ can); it says when the refusals show that the inputs are no longer ones the guar
 Three martingales run side by side (``MARTINGALES``), each with its share of alpha, each a bet of the
 same kind on a yes-or-no outcome per input: the certified rule refused it; the after-alarm rule (a
 stricter rule nested in it, ``bnn_zoo.abstain.after_alarm``) refused it, as inputs that come near
-refusal do first under a mild shift; and it repeats an earlier input of the stream exactly (its mean
-prediction the same to the bit, as one input's is within a batch of draws, or under a deterministic
-posterior), whose null rate is 0: a stream that repeats itself (the same digit over and over, each
-refused no more than any) breaks the exchangeability every guarantee assumes. Their rates under the
+refusal do first under a mild shift; and it repeats an earlier input of the stream exactly (the
+input itself the same to the byte, given the inputs; else its mean prediction the same to the bit,
+which misses a repeat in one batch, whose rows' predictions may differ in their last bits), whose
+null rate is 0: a stream that repeats itself (the same digit over and over, each refused no more
+than any) breaks the exchangeability every guarantee assumes. Their rates under the
 null: the certified rule's and the after-alarm rule's validation refusals, and none, each plus the
 tolerance. The alarm sounds when any reaches its bound, so its false-alarm rate over the whole stream
 is at most the shares' sum, alpha. It keeps the last ``REMEMBERED`` inputs' digests to find repeats
@@ -37,6 +38,7 @@ Usage::
 
     alarm = trained.alarm("bayes")       # ShiftAlarm.of(calibration["bayes"]), or ShiftAlarm({"refused": Watched(rule, 0.02)})
     alarm.observe(sampled_probs)         # [S, N, C]: the stream's next N inputs, in the order they came
+    alarm.observe(sampled_probs, inputs=x)   # and the inputs themselves [N, ...]: their repeats counted exactly
     alarm.alarmed, alarm.alarm_at, alarm.describe()
 """
 from __future__ import annotations
@@ -119,22 +121,28 @@ class ShiftAlarm:
         watched = {"refused": Watched.of(entry), "held": Watched.of(entry.get("after_alarm"))}
         return cls({name: w for name, w in watched.items() if w is not None}, alpha)
 
-    def observe(self, probs: torch.Tensor, density: torch.Tensor | None = None) -> "ShiftAlarm":
+    def observe(self, probs: torch.Tensor, density: torch.Tensor | None = None,
+                inputs: torch.Tensor | None = None) -> "ShiftAlarm":
         """Take the next inputs of the stream by their sampled predictions [S, N, C], in order
-        (``density``: their feature density scores, where a watched rule gates on them)."""
+        (``density``: their feature density scores, where a watched rule gates on them; ``inputs``:
+        the inputs themselves [N, ...], whose exact repeats the alarm counts; without them it counts
+        repeats of their mean predictions, which miss an input repeated within one batch)."""
+        if inputs is not None and len(inputs) != probs.shape[1]:
+            raise ValueError(f"{len(inputs)} inputs for the predictions of {probs.shape[1]}")
         refused = [self.watched[name].rule(probs, density).refused.cpu() if name in self.watched
                    else torch.zeros(probs.shape[1], dtype=torch.bool) for name in WATCHED]
-        return self.update(torch.stack([*refused, self._repeats(probs)], 1))
+        return self.update(torch.stack([*refused, self._repeats(probs.mean(0) if inputs is None else inputs)], 1))
 
     def restarted(self) -> "ShiftAlarm":
         """A fresh alarm on the same rules (the stream left out), for a new stream."""
         return ShiftAlarm(self.watched, self.alpha, self.tolerance)
 
-    def _repeats(self, probs: torch.Tensor) -> torch.Tensor:
-        """[N] bool: each input's mean prediction is, to the bit, one of the remembered inputs' (or an
-        earlier one of these); then it is remembered, the oldest forgotten past ``REMEMBERED``."""
+    def _repeats(self, rows: torch.Tensor) -> torch.Tensor:
+        """[N] bool: each row of ``rows`` [N, ...] (the inputs, or their mean predictions) is, to the
+        byte, one of the remembered inputs' (or an earlier one of these); then it is remembered, the
+        oldest forgotten past ``REMEMBERED``."""
         found = []
-        for digest in digests(probs.mean(0)).tolist():
+        for digest in digests(rows).tolist():
             found.append(digest in self.digests)
             if not found[-1]:
                 self.digests.add(digest)
@@ -219,9 +227,13 @@ def _mixed(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 31)
 
 
-def digests(mean: torch.Tensor) -> torch.Tensor:
-    """[N] int64: a digest of each row of mean predictions [N, C], the same exactly where the rows are
-    the same to the bit (and, by chance, for about one pair in 2^64 of others)."""
-    bits = mean.double().cpu().contiguous().view(torch.int64)  # each probability's 64 bits
+def digests(rows: torch.Tensor) -> torch.Tensor:
+    """[N] int64: a digest of each row of ``rows`` [N, ...] (inputs, or mean predictions), of any
+    dtype, the same exactly where the rows' bytes are the same (and, by chance, for about one pair in
+    2^64 of others)."""
+    flat = rows.detach().cpu().contiguous().reshape(len(rows), math.prod(rows.shape[1:]))
+    raw = flat.view(torch.uint8)  # each row's bytes
+    raw = torch.cat([raw, raw.new_zeros(len(rows), -raw.shape[1] % 8)], 1)  # whole 64-bit words
+    bits = raw.view(torch.int64)
     places = torch.arange(1, bits.shape[1] + 1, dtype=torch.int64) * -7046029254386353131  # 0x9e3779b97f4a7c15
     return _mixed(_mixed(bits + places).sum(1))

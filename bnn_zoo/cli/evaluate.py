@@ -23,11 +23,11 @@ import json
 import sys
 from pathlib import Path
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, DataError
+from ..data.folders import image_files
+from ..data.images import pixel_count
 from ..data.shifted.corruptions import CORRUPTIONS
 from ..data.shifted.ood_sets import OOD_SETS
-from ..evaluation.evaluate import evaluate_run
-from ..evaluation.summary import summary, table
 from ..runs.storage.files import check_writable, write_atomic
 from ..runs.storage.loading import is_shipped, run_folder, shadowed
 from . import options as cli
@@ -42,10 +42,38 @@ def ood_name(text: str) -> str:
     name, _, folder = text.partition("=")
     if name not in OOD_SETS and not (folder and name):
         raise argparse.ArgumentTypeError(f"{text!r} is neither an OOD set ({', '.join(OOD_SETS)}) nor NAME=FOLDER")
+    if folder and name in OOD_SETS:  # its figures would be stored as the built-in set's
+        raise argparse.ArgumentTypeError(f"{text!r}: {name} is a built-in OOD set's name; pick another name for your "
+                                         f"folder (for example my_{name}={folder})")
     if folder and not Path(folder).expanduser().is_dir():  # said before the work, not skipped after it
         raise argparse.ArgumentTypeError(f"{text!r}: there is no folder {folder}; give NAME=FOLDER, FOLDER a folder "
                                          "of images (in subfolders or not)")
+    if folder:
+        try:
+            unread = _unreadable(image_files(Path(folder).expanduser()))
+        except DataError as err:
+            raise argparse.ArgumentTypeError(f"{text!r}: {err}; give NAME=FOLDER, FOLDER a folder of images") from None
+        if unread:
+            raise argparse.ArgumentTypeError(f"{text!r}: {unread}")
     return text
+
+
+def _unreadable(files: list[Path]) -> str | None:
+    """What is wrong with the first file of ``files`` that is no image evaluate reads (its header
+    alone is read), and how many such there are; None where every one is an image."""
+    bad = []
+    for file in files:
+        try:
+            pixel_count(file)
+        except ValueError as err:
+            bad.append((file, err))
+    if not bad:
+        return None
+    file, why = bad[0]
+    if len(bad) == 1:
+        return f"{file} cannot be read as an image ({why}): delete or replace it"
+    return (f"{len(bad)} of its {len(files)} files cannot be read as images, the first {file} ({why}): delete or "
+            "replace them")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                              "and every figure printed")
     parser.add_argument("--output", default=None, help="JSON file (default RUN_DIR/eval.json; for a shipped name, ./NAME_eval.json)")
     parser.add_argument("--ood", nargs="*", default=None, type=ood_name,
-                        help=f"OOD sets: {', '.join(OOD_SETS)}, or NAME=FOLDER of images (default: notmnist noise "
-                             "fashion_mnist; a FashionMNIST run: mnist notmnist noise; and the run's data.ood)")
+                        help=f"OOD sets: {', '.join(OOD_SETS)}, or NAME=FOLDER of images, NAME none of those "
+                             "(default: notmnist noise fashion_mnist; a FashionMNIST run: mnist notmnist noise; and "
+                             "the run's data.ood)")
     parser.add_argument("--shift", nargs="*", default=None, choices=CORRUPTIONS, metavar="CORRUPTION",
                         help="MNIST-C's corruptions of the test set to score under (default: none; with --full all "
                              f"fifteen for MNIST and FashionMNIST runs; --shift alone: none): {', '.join(CORRUPTIONS)}")
@@ -74,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
+        from ..evaluation.evaluate import evaluate_run  # here: a torchvision of another torch is said in a line
+        from ..evaluation.summary import summary, table
+
         cli.note(shadowed(args.run_dir))
         shipped = is_shipped(args.run_dir)  # its figures go beside you
         run = None if shipped else run_folder(args.run_dir)  # a missing run is the run's mistake, not --output's

@@ -106,6 +106,22 @@ def add_rule_options(parser: argparse.ArgumentParser, calibrated: bool = True) -
                         help="quantile rule: accept the classes whose quantile probability reaches this (default 0.2)")
 
 
+def parse_noting(parser: argparse.ArgumentParser, argv: list[str] | None,
+                 *dests: str) -> tuple[argparse.Namespace, list[str]]:
+    """``parser``'s arguments, and those of the options ``dests`` (their dest names) the command line
+    gave, as spelled (--threshold; --no-act-on-alarm), whatever their values: an option that does not
+    apply is refused where given, never left unsaid."""
+    unset = object()  # argparse leaves a name the namespace holds as it is, where no option sets it
+    args = parser.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(dests, unset)))
+    spelled = []
+    for dest in dests:
+        if getattr(args, dest) is unset:
+            setattr(args, dest, parser.get_default(dest))
+        else:
+            spelled.append(f"--{'no-' if getattr(args, dest) is False else ''}{dest.replace('_', '-')}")
+    return args, spelled
+
+
 ACT_ON_ALARM = ("from the input that sounds the shift alarm on, hold a stream's answers to the stricter "
                 "after-alarm rule (default; --no-act-on-alarm: the certified rule alone)")
 

@@ -28,6 +28,7 @@ import pyro
 import torch
 
 from ..abstain.after_alarm import Stream
+from ..abstain.conformal import percent
 from ..abstain.rule import SIGNALS, uncertainty
 from ..core.errors import ConfigError, DataError
 from ..core.networks.likelihoods import Categorical
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="first print the rule that answers (and the after-alarm rule)")
     parser.add_argument("--json", action="store_true",
                         help='machine-readable output: {"answers": [...], "errors": [...], "alarm": ...}')
-    args = parser.parse_args(argv)
+    args, given = cli.parse_noting(parser, argv, "rule", "quantile", "threshold", "act_on_alarm")
+    args.rule_options = given  # refused where they cannot apply (a regression)
     return cli.run(lambda: _answer(args))
 
 
@@ -78,6 +80,9 @@ def _answer(args) -> int:
     if regression and trained.config.data.name not in ROWS:
         raise ValueError("predict answers classifiers, and regressions on rows (data.name=csv or tensors); "
                          f"{args.run_dir} is a regression on {trained.config.data.name}: its figures are in metrics.json")
+    if regression and args.rule_options:  # a regression answers a mean and an sd: no rule refuses, no alarm watches
+        raise ConfigError(f"{', '.join(args.rule_options)}: {args.run_dir} is a regression, answered with a mean and "
+                          "an sd and never refused, so the abstention rule's options do not apply; leave them out")
     rungs = posteriors(trained)
     if args.posterior not in rungs:
         raise ConfigError(f"--posterior {args.posterior}: {args.run_dir} holds no such posterior; it holds "
@@ -118,7 +123,7 @@ def _classify(trained, posterior, x: torch.Tensor, good: list[dict], names: list
     gate = gate_density(rule, trained, args.posterior, posterior, x)
     answering = (lambda p, density: set_decision(in_sets, p)) if by_sets else rule
     stream = trained.stream(args.posterior, args.act_on_alarm)
-    answered = stream.decide(probs, gate, rule=answering)  # the stream tells its certified rule from another
+    answered = stream.decide(probs, gate, rule=answering, inputs=x)  # it tells its certified rule from another
     scores = uncertainty(probs, rule.quantile)
     coverage = None if sets is None else 1 - sets.alpha
     for i, answer in enumerate(good):
@@ -154,7 +159,7 @@ def _class_line(answer: dict, names: list[str], input_shape: list[int] | None) -
                f"{input_shape[2]}x{input_shape[1]})") if "resized_from" in answer else ""
     if answer["answer"] is None:
         return f"I don't know ({answer['why']}){resized}"
-    in_set = f"; {answer['set']['coverage']:.0%} set {{{', '.join(names[c] for c in answer['set']['classes'])}}}" \
+    in_set = f"; {percent(answer['set']['coverage'])} set {{{', '.join(names[c] for c in answer['set']['classes'])}}}" \
         if "set" in answer else ""
     return ", ".join(f"{names[c]} ({p:.2f})" for c, p in answer["accepted"].items()) + in_set + resized
 

@@ -5,7 +5,6 @@ Usage: ``sys.exit(script_main("notmnist", sys.argv[1:], __doc__))``
 """
 from __future__ import annotations
 
-from ..evaluation.figures.rejection import rejection_report, report_folder, table
 from . import options as cli
 
 
@@ -21,6 +20,9 @@ def script_main(ood: str, argv: list[str] | None, doc: str) -> int:
     args = parser.parse_args(argv)
 
     def command() -> int:
+        from ..evaluation.figures.rejection import rejection_report, report_folder, table  # here: a torchvision
+        # of another torch is said in a line (bnn_zoo.data.vision)
+
         report = rejection_report(args.run_dir, ood, args.out, args.samples, args.rule, args.quantile, args.threshold,
                                   args.test_size, args.ood_size, args.grid, args.data_root, args.device,
                                   args.seed)

@@ -116,7 +116,8 @@ def train(cfg: DictConfig) -> dict:
             log(f"data.name={plan.data.name}, inferred from data.path={inferred} (data.name=folder, tensors or csv "
                 "says otherwise)")
         log(f"{plan.arch} on {plan.data.name} ({len(splits.train)} training examples), device {device}, "
-            f"guide {plan.networks.model.guide}, run directory {run.dir}{ranks}")
+            f"guide {plan.networks.model.guide}, run directory {run.dir}{ranks}"
+            f"{ranks.on_cpus(device, plan.train.threads or torch.get_num_threads())}")
         metrics = {"config": plan.stored(), **train_network(plan, run, splits, device, stored, ranks)}
         if members:
             metrics["members"] = [train_member(member, i, splits, device, ranks) for i, member in enumerate(members, 1)]

@@ -34,6 +34,11 @@ class TrainingError(UserError, RuntimeError):
     """Training cannot go on (a non-finite loss); the last good checkpoint is kept."""
 
 
+class InstallError(UserError, RuntimeError):
+    """Installed packages that do not work together (a torchvision built for another torch); the
+    message says which, and the command that installs a pair that does."""
+
+
 class StorageError(UserError, RuntimeError):
     """A file or folder that cannot be written or read as asked (read-only, full, a planted link,
     damaged); the message names it, and what was there before is intact."""

@@ -99,11 +99,11 @@ def load_torchvision(name: str, root: Optional[str] = None, train: bool = True,
     if not all(find_idx(raw, stem) for stem in stems):
         if not download:
             raise _missing(folder, root_path, "downloads are off (data.download=false)")
-        from torchvision import datasets
+        from .vision import torchvision
 
         made = _outermost_missing(raw)  # the folders the download makes: gone again where it fails
         try:
-            getattr(datasets, folder)(str(root_path), train=train, download=True)
+            getattr(torchvision.datasets, folder)(str(root_path), train=train, download=True)
         except Exception as err:  # network errors come as URLError, OSError, RuntimeError...
             if made is not None:
                 shutil.rmtree(made, ignore_errors=True)

@@ -24,7 +24,7 @@ from ..abstain.after_alarm import REFUSAL as AFTER_ALARM_REFUSAL
 from ..abstain.after_alarm import after_alarm_rule
 from ..abstain.certify import CUTS, NotCertified, certify, check_settings, density_cuts, inputs_needed, smallest_risk
 from ..abstain.conformal import SCORES as SET_SCORES
-from ..abstain.conformal import calibrate_sets
+from ..abstain.conformal import calibrate_sets, percent
 from ..abstain.density import DENSITY_INPUTS, FeatureDensity
 from ..abstain.rule import DENSITY, Rule
 from ..abstain.temperature import fit_temperature
@@ -207,7 +207,7 @@ def summary(certified: dict, run_dir: str | Path = "RUN_DIR") -> str:
         if sets:
             threshold = "every class" if sets["threshold"] is None else f"{sets['score']} score <= {sets['threshold']:.4g}"
             too_few = sets_advice(sets, str(run_dir))  # on too few inputs: how many they need
-            set_line = f"; its sets at {1 - sets['alpha']:.0%} coverage: {threshold}" + (
+            set_line = f"; its sets at {percent(1 - sets['alpha'])} coverage: {threshold}" + (
                 f" ({too_few})" if too_few else "")
         if part == TWIN_SCALED and "sets" not in c:
             lines.append(f"{part}: none ({c['error']})")

@@ -181,7 +181,7 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
         gate_density(rules[part], trained, part, posterior, x))) for part, posterior in rungs.items()}
     for part, result in results.items():
         result.test.alarm = alarm_result(trained, part, in_probs[part], shift_size, seed,
-                                         gate_density(rules[part], trained, part, rungs[part], x))
+                                         gate_density(rules[part], trained, part, rungs[part], x), x)
     skipped = {}
 
 
@@ -203,7 +203,7 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
             results[part].ood[name] = result = ood_result(in_probs[part], probs, answer[part], *scores, gate)
             unlabelled = torch.full((probs.shape[1],), -1, dtype=torch.long)  # refusals need no labels
             stream = trained.stream(part, act_on_alarm)  # the alarm's one run on the set
-            answered = streamed(stream, probs, unlabelled, gate, seed, answer[part])
+            answered = streamed(stream, probs, unlabelled, gate, seed, answer[part], x)
             result.refused_in_stream, result.alarm = answered.refused, answered.alarm
             if pairs is not None:
                 result.handled = handled_overlaid(probs, pairs, answer[part], trained.sets.get(part), seed, gate)
@@ -214,7 +214,7 @@ def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, lab
                 progress.update()
                 probs, gate = posterior.predict(x, num_samples), gate_density(rules[part], trained, part, posterior, x)
                 stream = trained.stream(part, act_on_alarm)
-                results[part].shift[name] = streamed(stream, probs, y, gate, seed, answer[part])
+                results[part].shift[name] = streamed(stream, probs, y, gate, seed, answer[part], x)
     except DataError as err:
         skipped["shift"] = str(err)
         progress.write(f"skipping the corruptions: {err}", file=sys.stderr)

@@ -8,6 +8,7 @@ Usage: ``"; ".join(why_refused(answer["refused_by"], rule, {"entropy": 1.04, ...
 from __future__ import annotations
 
 from ..abstain.after_alarm import AFTER_ALARM_RULE
+from ..abstain.conformal import percent
 from ..abstain.rule import DENSITY, Rule
 from .set_answers import SET_ANSWER
 
@@ -25,7 +26,7 @@ def why_refused(refused_by: list[str], rule: Rule, bits: dict[str, float], densi
         value, unit = (density, "nats") if rule.signal == DENSITY else (bits[rule.signal], "bits")
         reasons.append(f"{rule.signal.replace('_', ' ')} {value:.3g} {unit} > {rule.cut:.3g}")
     if SET_ANSWER in refused_by:
-        reasons.append(f"its {coverage:.0%} conformal set holds every class")
+        reasons.append(f"its {percent(coverage)} conformal set holds every class")
     if AFTER_ALARM_RULE in refused_by:
         gated = f", {after_alarm.signal.replace('_', ' ')} <= {after_alarm.cut:.3g}" if after_alarm.signal else ""
         reasons.append(f"since the shift alarm sounded, answers are held to the after-alarm rule (its "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..abstain.conformal import ConformalSets, fewest_inputs
+from ..abstain.conformal import ConformalSets, fewest_inputs, percent
 from ..abstain.rule import Decision
 from ..runs.storage.trained import Trained
 
@@ -80,7 +80,7 @@ def sets_advice(sets: dict, run_dir: str) -> str | None:
         return None
     alpha = math.ceil(100 / (sets["n"] + 1)) / 100  # the least alpha, in whole percents, these inputs allow
     return (f"smaller ones need at least {fewest_inputs(sets['alpha'])} validation inputs, these are {sets['n']}, "
-            f"or a lower coverage: python -m bnn_zoo.certify {run_dir} --alpha {alpha:g} for {1 - alpha:.0%} sets")
+            f"or a lower coverage: python -m bnn_zoo.certify {run_dir} --alpha {alpha:g} for {percent(1 - alpha)} sets")
 
 
 def no_rule_line(entry: dict, part: str, run_dir: str) -> str:
@@ -88,5 +88,5 @@ def no_rule_line(entry: dict, part: str, run_dir: str) -> str:
     no rule and its sets answer."""
     sets, advice = entry["sets"], certify_advice(entry, run_dir)
     too_few = sets_advice(sets, run_dir)
-    return (f"no rule is certified for {part}, so each answer is its {1 - sets['alpha']:.0%} conformal set" +
+    return (f"no rule is certified for {part}, so each answer is its {percent(1 - sets['alpha'])} conformal set" +
             (f": {advice}" if advice else "") + (f". Its sets hold every class: {too_few}" if too_few else ""))

@@ -74,14 +74,16 @@ def _figures(decision: Decision, probs: torch.Tensor, labels: torch.Tensor) -> S
 
 
 def streamed(stream: Stream, probs: torch.Tensor, labels: torch.Tensor, gate: torch.Tensor | None = None,
-             seed: int = 0, rule=None) -> ShiftResult:
+             seed: int = 0, rule=None, inputs: torch.Tensor | None = None) -> ShiftResult:
     """``shifted``'s figures of a corrupted set answered by ``stream`` as one stream of its inputs
-    (sampled predictions ``probs`` [S, N, C]) in a seeded random order, with where its alarm sounded
+    (sampled predictions ``probs`` [S, N, C]; ``inputs``: the inputs themselves, whose repeats its alarm
+    counts) in a seeded random order, with where its alarm sounded
     and the inputs answered wrong and refused before it and from it on (``BeforeAfter``); ``rule``: what
     the caller answers with (``Stream.decide``'s), None for the stream's certified rule."""
     order = torch.randperm(probs.shape[1], generator=torch.Generator().manual_seed(seed)).to(probs.device)
     probs, labels = probs[:, order], labels.to(probs.device)[order]
-    answered = stream.decide(probs, None if gate is None else gate[order], rule=rule)
+    answered = stream.decide(probs, None if gate is None else gate[order], rule=rule,
+                             inputs=None if inputs is None else inputs[order.to(inputs.device)])
     result = _figures(answered.decision, probs, labels)
     if stream.alarm is None:
         return result
@@ -104,13 +106,15 @@ def _wrong(decision: Decision, labels: torch.Tensor) -> torch.Tensor:
 
 
 def alarm_result(trained: Trained, part: str, probs: torch.Tensor, stream: int = STREAM, seed: int = 0,
-                 density: torch.Tensor | None = None) -> AlarmResult | None:
+                 density: torch.Tensor | None = None, inputs: torch.Tensor | None = None) -> AlarmResult | None:
     """Where ``part``'s shift alarm sounds on a stream of at most ``stream`` of the inputs of
-    ``probs`` [S, N, C] (``density``: their feature density scores, for a density gate), taken in a
-    seeded random order; None where the run holds no reference."""
+    ``probs`` [S, N, C] (``density``: their feature density scores, for a density gate; ``inputs``: the
+    inputs themselves, whose repeats it counts), taken in a seeded random order; None where the run
+    holds no reference."""
     alarm = trained.alarm(part)
     if alarm is None:
         return None
     order = torch.randperm(probs.shape[1], generator=torch.Generator().manual_seed(seed))[:stream]
-    alarm.observe(probs[:, order.to(probs.device)], None if density is None else density[order.to(density.device)])
+    alarm.observe(probs[:, order.to(probs.device)], None if density is None else density[order.to(density.device)],
+                  None if inputs is None else inputs[order.to(inputs.device)])
     return AlarmResult(alarm.seen, alarm.alarm_at, alarm.alpha)

@@ -70,7 +70,8 @@ class Model:
         decided = {}
         for part, (probs, gate, answer) in asked.items():
             stream = self.streams[part]
-            decided[part] = stream.decide(probs, gate, again=not fresh, rule=answer), stream.to_dict()
+            answered = stream.decide(probs, gate, again=not fresh, rule=answer, inputs=pixels[None])
+            decided[part] = answered, stream.to_dict()
             if fresh and not stream.act and stream.alarm is not None and stream.alarm.alarmed:
                 self.streams[part] = stream.restarted()
         return decided
@@ -114,7 +115,7 @@ class Answerer:
             return self._models[name]
 
     def answer(self, name: str, pixels: torch.Tensor, threshold: float | None = None,
-               quantile: float | None = None, samples: int | None = None, seed: int = 0,
+               quantile: float | None = None, samples: int | float | None = None, seed: int = 0,
                new_stream: bool = False) -> dict:
         """The Bayesian answer and the twin's for uint8 pixels [28, 28], with the model's certified
         rule where a knob is left out (its gate is kept whatever the knobs), as the model's streams
@@ -127,10 +128,13 @@ class Answerer:
                      "quantile": certified["bayes"].quantile if quantile is None else quantile}
             samples = model.trained.config.abstention.samples if samples is None else samples
             fewest = 1 + len(model.trained.members)  # an ensemble draws each member at least once
-            if not fewest <= samples <= MAX_PAGE_SAMPLES:
-                raise BadRequest(f"samples must be a whole number from {fewest} to {MAX_PAGE_SAMPLES}, got {samples}"
+            whole = float(samples).is_integer()  # the page reads samples as a number: 1.5 is no count of draws
+            if not whole or not fewest <= samples <= MAX_PAGE_SAMPLES:
+                raise BadRequest(f"samples must be a whole number from {fewest} to {MAX_PAGE_SAMPLES}, got "
+                                 f"{int(samples) if whole else samples}"
                                  + (f" ({name} is an ensemble of {fewest} members: a sample of each at least)"
                                     if fewest > 1 else ""))
+            samples = int(samples)
             try:
                 rules = {part: Rule(knobs["quantile"], knobs["threshold"], r.signal, r.cut)
                          for part, r in certified.items()}

@@ -73,8 +73,8 @@ def test_an_input_whose_mean_prediction_came_before_to_the_bit_is_a_repeat_and_n
     nudged = probs[:, 2:3].clone()
     nudged[:, 0, 0] = torch.nextafter(nudged[:, 0, 0], torch.tensor(1.0))  # a hair (a float's last bit) off input 2
     alarm = ShiftAlarm(_watched(), 0.5)
-    assert alarm._repeats(probs).tolist() == [False, False, False, True, False, False]
-    assert alarm._repeats(torch.cat([probs[:, :1], nudged], 1)).tolist() == [True, False]  # and across calls
+    assert alarm._repeats(probs.mean(0)).tolist() == [False, False, False, True, False, False]
+    assert alarm._repeats(torch.cat([probs[:, :1], nudged], 1).mean(0)).tolist() == [True, False]  # and across calls
 
 
 def test_a_stream_the_rule_refuses_far_more_sounds_the_refusal_martingale_soon_with_its_figures():
@@ -142,6 +142,24 @@ def test_a_stream_of_one_ordinary_input_repeated_sounds_the_repeat_martingale():
     assert bool((alarm.peaks[:2] <= 0).all())  # no refusal: the refusal martingales only lost
 
 
+def test_repeats_are_counted_on_the_inputs_themselves_where_they_are_given():
+    """Issue 51: 8 copies of one digit in one batch were counted 5 repeats of 7: the same input gives
+    predictions that differ in their last bits by batch row. Given the inputs, the alarm counts the
+    repeats of the inputs; different inputs of the same predictions are no repeat."""
+    x = torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    x[1:] = x[0]  # one digit, 8 times
+    probs = _probs(torch.ones(8, dtype=torch.bool))  # no two rows alike, as a batch's rows may be
+    assert ShiftAlarm(_watched(), 0.01).observe(probs).to_dict()["counted"]["repeated"] == 0  # what predictions tell
+    assert ShiftAlarm(_watched(), 0.01).observe(probs, inputs=x).to_dict()["counted"]["repeated"] == 7
+    same = probs[:, :1].expand(-1, 8, -1)  # 8 inputs answered alike to the bit
+    others = torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    assert ShiftAlarm(_watched(), 0.01).observe(same, inputs=others).to_dict()["counted"]["repeated"] == 0
+    held = ShiftAlarm(_watched(), 0.01).observe(probs[:, :4], inputs=x[:4])
+    assert held.observe(probs[:, 4:], inputs=x[4:]).to_dict()["counted"]["repeated"] == 7  # across batches too
+    with pytest.raises(ValueError, match="3 inputs for the predictions of 8"):
+        ShiftAlarm(_watched(), 0.01).observe(probs, inputs=x[:3])
+
+
 def test_an_alarm_of_a_calibration_entry_watches_its_rule_and_after_alarm_rule_at_their_validation_rates():
     rule, after = Rule(0.5, 0.85, "mutual_information", 0.46), Rule(0.02, 0.85, "mutual_information", 0.46)
     entry = {"rule": rule.to_dict(), "validation": {"refused": 0.0234, "size": 5000},
@@ -167,8 +185,8 @@ def test_a_stream_of_200000_inputs_remembers_the_last_100000():
     tracemalloc.stop()
     assert alarm.seen == 200_000 and len(alarm.digests) == len(alarm.order) == REMEMBERED
     assert python_peak / 2 ** 20 < 60 or not status.is_file()  # MB of Python objects: the digests alone
-    assert alarm._repeats(probs[:, -1:].float()).tolist() == [True]
-    assert alarm._repeats(probs[:, :1].float()).tolist() == [False]  # forgotten
+    assert alarm._repeats(probs[:, -1:].float().mean(0)).tolist() == [True]
+    assert alarm._repeats(probs[:, :1].float().mean(0)).tolist() == [False]  # forgotten
 
 
 def test_bad_settings_are_refused():

@@ -71,10 +71,55 @@ def test_a_missing_ood_folder_is_refused_before_the_work(tiny_run, tmp_path, mon
     """Issue 47: --ood letters=my_letters without the folder exited 0, the folder's absence only in
     eval.json."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(evaluate, "evaluate_run", lambda *a, **k: pytest.fail("evaluated before checking"))
+    monkeypatch.setattr("bnn_zoo.evaluation.evaluate.evaluate_run",  # what the command calls
+                        lambda *a, **k: pytest.fail("evaluated before checking"))
     with pytest.raises(SystemExit) as stop:
-        evaluate.main([str(tiny_run), "--ood", "letters=my_letters"])
+        evaluate.main([str(tiny_run), "--ood", "mine=my_letters"])
     assert stop.value.code == 2
-    assert capsys.readouterr().err == ("error: argument --ood: 'letters=my_letters': there is no folder my_letters; "
+    assert capsys.readouterr().err == ("error: argument --ood: 'mine=my_letters': there is no folder my_letters; "
                                        "give NAME=FOLDER, FOLDER a folder of images (in subfolders or not) "
                                        "(see --help)\n")
+
+
+@pytest.mark.parametrize("fill", ["nothing", "text", "fake png", "one fake beside an image"])
+def test_an_ood_folder_without_images_is_refused_before_the_work(tmp_path, monkeypatch, capsys, fill):
+    """Issue 51: --ood mine=EMPTY_FOLDER (or a folder of non-images) measured the test set and exited 0
+    without the only set asked for."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    if fill == "text":
+        (folder / "notes.txt").write_text("no image")
+    elif fill == "fake png":
+        (folder / "a.png").write_text("no image")
+        (folder / "b.png").write_text("no image either")
+    elif fill == "one fake beside an image":
+        from PIL import Image
+
+        Image.new("L", (28, 28)).save(folder / "a.png")
+        (folder / "b.png").write_text("no image")
+    monkeypatch.setattr("bnn_zoo.evaluation.evaluate.evaluate_run",  # what the command calls
+                        lambda *a, **k: pytest.fail("evaluated before checking"))
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["lenet", "--ood", f"mine={folder}"])
+    assert stop.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: argument --ood: 'mine={folder}': ") and said.count("\n") == 1
+    if fill == "fake png":
+        assert f"2 of its 2 files cannot be read as images, the first {folder / 'a.png'} (" in said
+    elif fill == "one fake beside an image":
+        assert f"{folder / 'b.png'} cannot be read as an image (" in said and "delete or replace it" in said
+    else:
+        assert "no images (.jpg/" in said and f"in {folder}; give NAME=FOLDER, FOLDER a folder of images" in said
+
+
+def test_an_ood_folder_named_as_a_built_in_set_is_refused(tmp_path, monkeypatch, capsys):
+    """Issue 51: --ood notmnist=FOLDER stored a user's folder's figures under the built-in set's name."""
+    (tmp_path / "letters").mkdir()
+    monkeypatch.setattr("bnn_zoo.evaluation.evaluate.evaluate_run",  # what the command calls
+                        lambda *a, **k: pytest.fail("evaluated before checking"))
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["lenet", "--ood", f"notmnist={tmp_path / 'letters'}"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (f"error: argument --ood: 'notmnist={tmp_path / 'letters'}': notmnist is a "
+                                       "built-in OOD set's name; pick another name for your folder (for example "
+                                       f"my_notmnist={tmp_path / 'letters'}) (see --help)\n")

@@ -228,6 +228,18 @@ def test_predict_cli_holds_the_answers_from_the_alarm_on_to_the_after_alarm_rule
     assert "answers after it are given as before: acting on the alarm is turned off" in off["alarm"]["text"]
 
 
+def test_predict_cli_counts_every_copy_of_one_input_in_one_batch_as_a_repeat(shared_data, tmp_path, capsys):
+    """Issue 51: 8 copies of a digit in one batch were counted 5 repeats of 7: the same input's
+    predictions differed in their last bits by batch row. The alarm counts repeats of the input."""
+    from bnn_zoo.data.sets import load_torchvision
+
+    images, _ = load_torchvision("mnist", str(shared_data), train=False, download=False)
+    files = _digits(tmp_path, images[4:5]) * 8
+    assert main(["lenet", *files, "--samples", "20", "--json"]) == 0
+    alarm = json.loads(capsys.readouterr().out)["alarm"]
+    assert alarm["inputs"] == 8 and alarm["counted"]["repeated"] == 7
+
+
 @pytest.mark.slow
 def test_predict_cli_leaves_a_clean_stream_as_the_certified_rule_answers_it(shared_data, tmp_path, capsys):
     """20 test digits: no alarm, every answer the certified rule's, none after an alarm; one input is no stream."""
@@ -380,3 +392,26 @@ def test_python_m_bnn_zoo_predict_warns_of_nothing():
     done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "bnn_zoo.predict", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_a_99_9_percent_set_is_said_as_99_9_not_100(uncertified_run, tmp_path, capsys):
+    """Issue 51: sets at 99.9% coverage were printed as "100%" sets, which a set that may leave a class
+    out is not."""
+    import shutil
+
+    from bnn_zoo.data.sets import load_torchvision
+
+    run = tmp_path / "run"
+    shutil.copytree(uncertified_run, run)
+    calibration = json.loads((run / "calibration.json").read_text())
+    calibration["bayes"]["sets"]["alpha"] = 0.001  # as certify --alpha 0.001 on 999 inputs or more stores it
+    (run / "calibration.json").write_text(json.dumps(calibration))
+    images, _ = load_torchvision("mnist", str(SHARED_DATA), train=False, download=False)
+    files = [str(tmp_path / f"d{i}.png") for i in range(6)]
+    for i, file in enumerate(files):
+        Image.fromarray(images[i].numpy()).save(file)
+    assert main([str(run), *files, "--samples", "4"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.startswith("no rule is certified for bayes, so each answer is its 99.9% conformal set")
+    assert len(lines) == 6 and all("; 99.9% set {" in line or ": I don't know (its 99.9% conformal set holds every "
+                                   "class)" in line for line in lines), lines

@@ -220,6 +220,27 @@ def test_a_csv_regression_answers_rows_with_their_uncertainty(tmp_path, capsys):
     assert near["sd"] == pytest.approx((near["epistemic_sd"] ** 2 + near["noise_sd"] ** 2) ** 0.5, abs=1e-5)
 
 
+def test_predict_refuses_the_rule_s_options_on_a_regression(tmp_path, capsys):
+    """Issue 51: predict on a regression run took --rule and --threshold and answered as if they were
+    not given; a wrong --posterior is refused, and so are they."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(60, 2, generator=g)
+    write_csv(tmp_path / "r.csv", ["u", "v", "y"], [[f"{a:.4f}", f"{b:.4f}", f"{a + b:.4f}"] for a, b in x.tolist()])
+    run_dir = tmp_path / "run"
+    train(own_config("toy_mlp", run_dir, **{"data.name": "csv", "data.path": str(tmp_path / "r.csv"),
+                                            "model.hidden": "[4]", "train.epochs": 1}))
+    write_csv(tmp_path / "q.csv", ["u", "v"], [[0.5, 0.25]])
+    capsys.readouterr()  # training's log
+    for given, said in ((["--rule", "quantile", "--threshold", "0.5"], "--rule, --threshold"),
+                        (["--quantile", "0.9"], "--quantile"), (["--no-act-on-alarm"], "--no-act-on-alarm")):
+        assert predict_main([str(run_dir), str(tmp_path / "q.csv"), *given]) == 2
+        assert capsys.readouterr() == ("", f"error: {said}: {run_dir} is a regression, answered with a mean and an sd "
+                                           "and never refused, so the abstention rule's options do not apply; leave "
+                                           "them out\n")
+    assert predict_main([str(run_dir), str(tmp_path / "q.csv"), "--samples", "4"]) == 0  # without them, answered
+    assert " +- " in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_a_regression_learns_the_same_in_any_units_of_its_target(tmp_path):
     """Targets in thousands learn what targets in units do: the network sees them standardized by

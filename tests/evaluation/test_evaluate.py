@@ -133,7 +133,8 @@ def test_evaluate_rejects_a_toy_run(tmp_path, capsys):
 def test_evaluate_checks_its_arguments_before_the_work(tiny_run, tmp_path, capsys, monkeypatch):
     from bnn_zoo.cli import evaluate
 
-    monkeypatch.setattr(evaluate, "evaluate_run", lambda *a, **k: pytest.fail("evaluated before checking"))
+    monkeypatch.setattr("bnn_zoo.evaluation.evaluate.evaluate_run",  # what the command calls
+                        lambda *a, **k: pytest.fail("evaluated before checking"))
     assert evaluate.main([str(tiny_run), "--output", str(tmp_path / "missing" / "x.json")]) == 2
     assert f"folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     for bad in (["--test-size", "0"], ["--test-size", "-1"], ["--ood-size", "0"], ["--samples", "0"]):

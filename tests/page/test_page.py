@@ -157,6 +157,9 @@ def test_each_model_answers_in_its_own_classes(client):
     (None, {"samples": 2}, 400, "samples must be a whole number from 3 to 1000, got 2 (lenet is an ensemble of 3 "
                                 "members: a sample of each at least)"),  # was a 500
     (None, {"samples": 0, "model": "mnist_mlp"}, 400, "samples must be a whole number from 1 to 1000, got 0"),
+    (None, {"samples": 1.5}, 400, "samples must be a whole number from 3 to 1000, got 1.5 (lenet is an ensemble of 3 "
+                                  "members: a sample of each at least)"),  # issue 51: "must be a number"
+    (None, {"samples": "nan", "model": "mnist_mlp"}, 400, "samples must be a whole number from 1 to 1000, got nan"),
     (None, {"model": "resnet"}, 400, "unknown model 'resnet'; choose from lenet, lenet_fashion, mnist_mlp"),
     (None, {"example": "cat"}, 400, "unknown example 'cat'"),
 ])

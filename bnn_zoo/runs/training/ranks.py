@@ -80,6 +80,23 @@ class Ranks:
         """What a log line says of the ranks: nothing for one process."""
         return f", rank {self.rank} of {self.size} (torchrun)" if self.launched else ""
 
+    def on_cpus(self, device: torch.device, threads: int) -> str:
+        """What rank 0's first line says of ranks that train on CPUs (nothing on GPUs, or for one
+        rank): how many share this machine's cores, at ``threads`` threads each, and what that costs:
+        more threads than cores take turns on them (no faster than the ranks that fit), each rank holds
+        its own copy of the data."""
+        if self.size == 1 or device.type != "cpu":
+            return ""
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", self.size))  # the ranks on this machine (torchrun's)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        line = f"; {local} CPU ranks on {cores} core{'s' * (cores > 1)}, {threads} thread{'s' * (threads > 1)} each"
+        if local * threads > cores:
+            fit = max(1, cores // threads)
+            line += (f": more threads than cores, so they take turns on them and train no faster than {fit} "
+                     f"rank{'s' * (fit > 1)} would")
+        return line + ("; DDP on CPUs is for trying the ranks' path before GPUs, each rank holding its own copy of "
+                       "the data")
+
     @property
     def main(self) -> bool:
         """Whether this process writes the run directory, validates and logs."""

@@ -258,6 +258,45 @@ def test_what_several_ranks_cannot_do_is_named():
                     os.environ.pop(key)
 
 
+def test_ranks_on_cpus_say_how_many_share_the_cores_and_what_it_costs(monkeypatch):
+    """Issue 51: torchrun --nproc_per_node 4 on a machine without a GPU started four CPU ranks on two
+    cores without a word."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    four = Ranks(0, 4, 0, launched=True)
+    assert four.on_cpus(CPU, 1) == (
+        "; 4 CPU ranks on 2 cores, 1 thread each: more threads than cores, so they take turns on them and train no "
+        "faster than 2 ranks would; DDP on CPUs is for trying the ranks' path before GPUs, each rank holding its own "
+        "copy of the data")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert Ranks(0, 4, 0, launched=True).on_cpus(CPU, 1) == (  # two machines of two ranks each
+        "; 2 CPU ranks on 2 cores, 1 thread each; DDP on CPUs is for trying the ranks' path before GPUs, each rank "
+        "holding its own copy of the data")
+    assert "take turns on them and train no faster than 1 rank would;" in Ranks(0, 4, 0, launched=True).on_cpus(CPU, 2)
+    assert four.on_cpus(torch.device("cuda", 0), 1) == "" and Ranks(0, 1, launched=True).on_cpus(CPU, 1) == ""
+    assert Ranks().on_cpus(CPU, 2) == ""
+
+
+@pytest.mark.slow
+def test_four_cpu_ranks_on_fewer_cores_say_so_in_rank_0_s_first_line(tmp_path):
+    """Issue 51, as a user ran it: torchrun --nproc_per_node 4 -m bnn_zoo.train on a CPU machine."""
+    cores = len(os.sched_getaffinity(0))
+    if cores >= 4:
+        pytest.skip("four ranks fit this machine's cores")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
+               str(_free_port()), "-m", "bnn_zoo.train", "toy_mlp", "train.epochs=2", "train.progress=false",
+               "train.twin=false", "abstention.certify=false", f"run_dir={tmp_path / 'four'}"]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torchrun's own default, as a user has it
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = next(line for line in done.stdout.splitlines() if line.startswith("toy_mlp on "))
+    assert first.endswith(f", rank 0 of 4 (torchrun); 4 CPU ranks on {cores} core{'s' * (cores > 1)}, 1 thread each: "
+                          f"more threads than cores, so they take turns on them and train no faster than {cores} "
+                          f"rank{'s' * (cores > 1)} would; DDP on CPUs is for trying the ranks' path before GPUs, each "
+                          "rank holding its own copy of the data"), first
+    assert done.stdout.count("CPU ranks on") == 1  # rank 0's line alone
+
+
 def test_every_rank_draws_the_same_order_and_the_shares_make_up_the_batch():
     ranks = [Ranks(r, 3, r, seed=4) for r in range(3)]
     orders = [torch.randperm(100, generator=w.order(2, CPU)) for w in ranks]
