@@ -179,6 +179,7 @@ RUN = [
     ("python scripts/time_to_accuracy.py", {}, "--archs mnist_mlp --capture eager --target 0.5 "
                                                 "--override data.train_limit=512 data.val_size=200"),
     ("python scripts/benchmark.py --device cpu", {}, "--archs mnist_mlp --images 40 --samples 3 --draws 3"),
+    ("python scripts/augment_cost.py", {}, ""),  # two epochs of MNIST's 60,000: seconds
     ("python scripts/capture_parity.py --override train.epochs=10", {},
      "--arch mnist_mlp --seeds 0 --samples 2 --ood-size 20 --override train.epochs=1 data.train_limit=256 "
      "data.val_size=200 train.capture=trace train.progress=false"),

@@ -13,6 +13,7 @@ from helpers import load_script
 
 from bnn_zoo import load, predict
 from bnn_zoo.core.networks.pruning import posterior_loc_scale
+from bnn_zoo.data.shifted.augment import AugmentConfig
 from bnn_zoo.data.sets import load_torchvision, normalize, run_split
 from bnn_zoo.evaluation.figures.rejection import rejection_report
 from bnn_zoo.posterior import BAYES, TWIN
@@ -728,3 +729,30 @@ def test_alarm_rates_counts_the_alarms_it_prints(shared_data, tmp_path, capsys):
     assert found["stored_order"]["last 1,000"] == last and found["test_size"] == len(x_test) == 10_000
     said = "silent" if last is None else f"sounds at input {last}"
     assert f"last 1,000 {said}" in printed
+
+
+def test_augment_cost_times_each_epoch_s_augmentation_of_each_minibatch_with_its_generator(shared_data, monkeypatch,
+                                                                                             capsys):
+    """scripts/augment_cost.py: the recipe's augmentation called once a minibatch, with its epoch's
+    generator (as training calls it), on one thread, the threads restored after; the least epoch."""
+    script = load_script("augment_cost")
+    called, threads = [], torch.get_num_threads()
+    augment = script.Augment.__call__
+
+    def counted(self, x, generator):
+        called.append((len(x), generator.initial_seed(), torch.get_num_threads()))
+        return augment(self, x, generator)
+
+    monkeypatch.setattr(script.Augment, "__call__", counted)
+    assert script.main(["--images", "300", "--epochs", "2"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    seed = script.Plan.of(script.resolved(script.load_config("lenet"))).seed
+    first, second = (script.Augment(AugmentConfig(), 0.0, 1.0, seed).generator(epoch).initial_seed()
+                     for epoch in (0, 1))
+    assert called == [(128, first, 1), (128, first, 1), (44, first, 1), (128, second, 1), (128, second, 1),
+                      (44, second, 1)] and first != second and torch.get_num_threads() == threads
+    assert found["augment"].startswith("translate 0.12, scale 0.65..1.15, rotate 25.0") and found["images"] == 300
+    assert len(found["epoch_cpu_seconds"]) == 2 and found["least"] == min(found["epoch_cpu_seconds"]) > 0
+    with pytest.raises(SystemExit):
+        script.main(["--arch", "mnist_mlp"])
+    assert "error: mnist_mlp declares no augmentation (its augment section turns nothing on)" in capsys.readouterr().err

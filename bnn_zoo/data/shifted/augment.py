@@ -7,17 +7,20 @@ input at prediction time; validation, test and every figure after training read 
 The transforms work on pixels (the normalized images brought back to 0..1 by the run's mean and
 sd, light ink on a dark background as MNIST's, then normalized again), in this order: the affine map
 (one per example, about the image's centre, black outside), the stroke (a grayscale dilation or
-erosion by a 3x3 square, blended by the drawn fraction), the blur (a Gaussian of the drawn sd), the
-ink (the image times a factor), the background (b + (1 - b) x: the dark parts raised to b, the ink
-kept) and the noise (Gaussian, of the drawn sd, each pixel kept in 0..1). Draws come from a generator
-seeded by (seed, epoch) on the data's device, so a resumed run and every rank of a DDP run augment
-alike. ``COVERS`` says which of MNIST-C's corruptions (``bnn_zoo.data.shifted.corruptions``) each transform
-shows in training: the scoreboard reports those apart, as seen in training.
+erosion by a 3x3 square, blended by the drawn fraction), the blur (a Gaussian of the drawn sd,
+truncated at 3 sd), the ink (the image times a factor), the background (b + (1 - b) x: the dark
+parts raised to b, the ink kept) and the noise (Gaussian, of the drawn sd, each pixel kept in 0..1).
+Each transform works on the whole minibatch at once (one sampling grid for the batch), where the
+batch is; an image's result is what it would be alone. The draws come from a generator seeded by
+(seed, epoch) on the CPU, whatever the data's device, and are moved to the batch's in one copy, so a
+resumed run, every rank of a DDP run and a GPU run augment alike. ``COVERS`` says which of MNIST-C's
+corruptions (``bnn_zoo.data.shifted.corruptions``) each transform shows in training: the scoreboard
+reports those apart, as seen in training.
 
 Usage::
 
     augment = Augment.of(AugmentConfig(translate=0.1, rotate=20.0), plan.data, seed=0)  # None where none is on
-    xb = augment(xb, augment.generator(epoch, xb.device))   # normalized [N, C, H, W] in and out
+    xb = augment(xb, augment.generator(epoch))   # normalized [N, C, H, W] in and out, on its device
 """
 from __future__ import annotations
 
@@ -124,37 +127,108 @@ class Augment:
                             f"are of shape {list(found.input_shape)}: leave it out")
         return cls(config, *((MNIST_MEAN, MNIST_STD) if found is None else (found.mean, found.std)), seed)
 
-    def generator(self, epoch: int, device) -> torch.Generator:
-        """The draws of epoch ``epoch``: alike wherever (seed, epoch) is."""
-        return torch.Generator(device).manual_seed((self.seed * 1_000_003 + epoch) % 2 ** 63)
+    def generator(self, epoch: int) -> torch.Generator:
+        """The draws of epoch ``epoch``, on the CPU whatever the data's device: alike wherever (seed, epoch) is."""
+        return torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2 ** 63)
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        c, n = self.config, len(x)
-        mean, std = self.mean.to(x.device, x.dtype), self.std.to(x.device, x.dtype)
-        pixels = x * std + mean
+        n = len(x)
+        drawn, normals = _draws(self.config, x.shape, generator, x.dtype)  # on the CPU
+        widths = [value.shape[1:].numel() for value in drawn.values()]
+        table = torch.cat([value.reshape(n, width) for value, width in zip(drawn.values(), widths)], 1)
+        at = {key: part.reshape(drawn[key].shape)  # on x's device, in one copy
+              for key, part in zip(drawn, _moved(table, x.device).split(widths, 1))}
+        mean, std = (_moved(value, x.device).to(x.dtype) for value in (self.mean, self.std))
+        out = x * std + mean  # pixels
+        if "rows" in at:  # one sampling grid for the batch: F.affine_grid's, by broadcasting (_grid_terms)
+            out = F.grid_sample(out, (at["rows"] + at["cols"]).permute(0, 2, 3, 1), mode="bilinear",
+                                padding_mode="zeros", align_corners=False)
+        if "stroke" in at:  # toward the dilation (sign 1) or the erosion, -dilation(-x) (sign -1)
+            out = torch.lerp(out, at["sign"] * _dilated(at["sign"] * out), at["stroke"])
+        if "blur" in at:
+            out = _blurred(out, at["blur"].view(n), int(_reach(drawn["blur"]).max()))
+        if normals is None:  # ink and background, then normalized again: one product and one sum
+            out = out * (at["gain"] / std) + (at["offset"] - mean) / std
+        else:
+            out = (out * at["gain"] + at["offset"] + at["noise"] * _moved(normals, x.device)).clamp(0, 1)
+            out = (out - mean) / std
+        return torch.where(at["chosen"] > 0, out, x)  # the others exactly as they came
 
-        def uniform(low: float, high: float) -> torch.Tensor:
-            return low + (high - low) * torch.rand(n, generator=generator, device=x.device, dtype=x.dtype)
 
-        out = pixels
-        if any(getattr(c, key) is not None for key in ("translate", "scale", "rotate", "shear")):
-            out = _affine(out, uniform, c)
-        if c.stroke is not None:
-            amount = uniform(-c.stroke, c.stroke)[:, None, None, None]
-            grown, shrunk = _dilated(out), -_dilated(-out)
-            out = out + amount.clamp(min=0) * (grown - out) + (-amount).clamp(min=0) * (shrunk - out)
-        if c.blur is not None:
-            out = _blurred(out, uniform(0.0, c.blur))
-        if c.ink is not None:
-            out = out * uniform(*c.ink)[:, None, None, None]
-        if c.background is not None:
-            level = uniform(0.0, c.background)[:, None, None, None]
-            out = level + (1 - level) * out
-        if c.noise is not None:
-            sd = uniform(0.0, c.noise)[:, None, None, None]
-            out = (out + sd * torch.randn(out.shape, generator=generator, device=x.device, dtype=x.dtype)).clamp(0, 1)
-        chosen = torch.rand(n, generator=generator, device=x.device) < c.p
-        return torch.where(chosen[:, None, None, None], (out - mean) / std, x)  # the others exactly as they came
+def _draws(c: AugmentConfig, shape, generator: torch.Generator, dtype) -> tuple[dict, Optional[torch.Tensor]]:
+    """A minibatch's draws on the CPU, each example its own, each transform's for the whole minibatch
+    in turn: uniform draws for the affine map's angle, shear, size, move across and down, the stroke's
+    share, the blur's sd, the ink's factor, the background's level and the noise's sd (each where on),
+    then the noise's normals [N, C, H, W] and whether each example is augmented. Returned as the
+    transforms read them, each [N, ...]: the grid's two terms, the stroke's sign and share, the blur's
+    sd, the ink and background as a gain and offset of the pixels, the noise's sd, chosen (1 or 0);
+    and the normals (None without noise)."""
+    n, _, h, w = shape
+    spans = {key: span for key, span in (
+        ("angle", _either(c.rotate)), ("shear", _either(c.shear)), ("size", c.scale),
+        ("across", _either(c.translate)), ("down", _either(c.translate)), ("stroke", _either(c.stroke)),
+        ("blur", _upto(c.blur)), ("ink", c.ink), ("background", _upto(c.background)), ("noise", _upto(c.noise)))
+        if span is not None}
+    low, high = (torch.tensor([span[i] for span in spans.values()], dtype=dtype)[:, None] for i in (0, 1))
+    u = dict(zip(spans, low + (high - low) * torch.rand(len(spans), n, generator=generator, dtype=dtype)))
+    normals = torch.randn(tuple(shape), generator=generator, dtype=dtype) if c.noise is not None else None
+    chosen = torch.rand(n, generator=generator) < c.p
+    drawn = {}
+    if {"angle", "shear", "size", "across"} & set(u):
+        drawn["rows"], drawn["cols"] = _grid_terms(_inverse_map(u, n, dtype), h, w)
+    if "stroke" in u:
+        drawn["sign"], drawn["stroke"] = torch.where(u["stroke"] < 0, -1.0, 1.0).to(dtype), u["stroke"].abs()
+    if "blur" in u:
+        drawn["blur"] = u["blur"]
+    level = u.get("background", torch.zeros(n, dtype=dtype))
+    drawn["gain"], drawn["offset"] = u.get("ink", torch.ones(n, dtype=dtype)) * (1 - level), level  # b + (1 - b) k x
+    if "noise" in u:
+        drawn["noise"] = u["noise"]
+    drawn["chosen"] = chosen.to(dtype)
+    return {key: value.view(n, 1, 1, 1) if value.dim() == 1 else value for key, value in drawn.items()}, normals
+
+
+def _moved(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``value``, on the CPU, on ``device`` without waiting there: to a GPU from pinned memory (the
+    caching host allocator's, kept until the copy is done), in the stream's order."""
+    if device.type == "cuda":
+        value = value.pin_memory()
+    return value.to(device, non_blocking=True)
+
+
+def _either(bound: Optional[float]) -> Optional[tuple[float, float]]:
+    """The range up to ``bound`` either way (None: off)."""
+    return None if bound is None else (-bound, bound)
+
+
+def _upto(bound: Optional[float]) -> Optional[tuple[float, float]]:
+    """The range from 0 up to ``bound`` (None: off)."""
+    return None if bound is None else (0.0, bound)
+
+
+def _inverse_map(u: dict, n: int, dtype) -> torch.Tensor:
+    """Each example's affine map about the centre from its draws ``u`` (rotated, sheared along the
+    rows, resized, then moved by a share of the side; each left out where off), as the map ``theta``
+    [N, 2, 3] from an output pixel to where it reads the input, in affine_grid's coordinates (-1..1):
+    the inverse of size x rotation x shear, [[1, -s], [0, 1]] [[cos, sin], [-sin, cos]] / size."""
+    zero = torch.zeros(n, dtype=dtype)
+    angle, shear = u.get("angle", zero) * (math.pi / 180), torch.tan(u.get("shear", zero) * (math.pi / 180))
+    cos, sin, size = torch.cos(angle), torch.sin(angle), u.get("size", zero + 1)
+    a, b, c, d = (cos + shear * sin) / size, (sin - shear * cos) / size, -sin / size, cos / size
+    across, down = u.get("across", zero) * 2, u.get("down", zero) * 2
+    return torch.stack([torch.stack([a, b, -(a * across + b * down)], 1),
+                        torch.stack([c, d, -(c * across + d * down)], 1)], 1)
+
+
+def _grid_terms(theta: torch.Tensor, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``F.affine_grid(theta, [N, C, h, w], align_corners=False)`` as two terms whose sum, rows
+    [N, 2, h, 1] + columns [N, 2, 1, w] permuted to [N, h, w, 2], is that grid to float rounding: each
+    output pixel's centre (x, y) in -1..1 through each image's ``theta`` [N, 2, 3]. F.affine_grid's
+    matrix product per image takes eight times as long on a CPU thread, and may run in TF32 on a GPU."""
+    across = (torch.arange(w, dtype=theta.dtype) * 2 + 1) / w - 1
+    down = (torch.arange(h, dtype=theta.dtype) * 2 + 1) / h - 1
+    rows = theta[:, :, 1, None, None] * down[:, None] + theta[:, :, 2, None, None]
+    return rows, theta[:, :, 0, None, None] * across
 
 
 def _dilated(x: torch.Tensor) -> torch.Tensor:
@@ -165,35 +239,21 @@ def _dilated(x: torch.Tensor) -> torch.Tensor:
     return torch.maximum(torch.maximum(rows[..., :-2, :], rows[..., 1:-1, :]), rows[..., 2:, :])
 
 
-def _blurred(x: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+def _reach(sd: torch.Tensor) -> torch.Tensor:
+    """How many pixels a Gaussian blur of each ``sd`` reaches either way: 3 sd up, at least one."""
+    return (3 * sd).ceil().clamp_min(1)
+
+
+def _blurred(x: torch.Tensor, sd: torch.Tensor, reach: int) -> torch.Tensor:
     """Each image [N, C, H, W] blurred by a Gaussian of its own ``sd`` [N] pixels (0: as it is), a row
-    then a column pass, its edges repeated; truncated at 3 sd."""
+    then a column pass, its edges repeated; each truncated at its own 3 sd (``_reach``), ``reach`` the
+    batch's widest."""
     n, c, h, w = x.shape
-    radius = max(1, math.ceil(3 * float(sd.max())))
-    at = torch.arange(-radius, radius + 1, device=x.device, dtype=x.dtype)
+    at = torch.arange(-reach, reach + 1, device=x.device, dtype=x.dtype)
     kernels = torch.exp(-0.5 * (at / sd.clamp_min(1e-3)[:, None]) ** 2)
+    kernels = kernels * (at.abs() <= _reach(sd)[:, None])  # its own taps, as alone
     kernels = (kernels / kernels.sum(1, keepdim=True)).repeat_interleave(c, 0)  # [N * C, taps]: one per image's channel
     flat = x.reshape(1, n * c, h, w)
-    rows = F.conv2d(F.pad(flat, (radius, radius, 0, 0), mode="replicate"), kernels[:, None, None, :], groups=n * c)
-    both = F.conv2d(F.pad(rows, (0, 0, radius, radius), mode="replicate"), kernels[:, None, :, None], groups=n * c)
+    rows = F.conv2d(F.pad(flat, (reach, reach, 0, 0), mode="replicate"), kernels[:, None, None, :], groups=n * c)
+    both = F.conv2d(F.pad(rows, (0, 0, reach, reach), mode="replicate"), kernels[:, None, :, None], groups=n * c)
     return both.reshape(n, c, h, w)
-
-
-def _affine(pixels: torch.Tensor, uniform, c: AugmentConfig) -> torch.Tensor:
-    """Each image through its own affine map about the centre (bilinear, black outside): rotated,
-    sheared along the rows, resized, then moved."""
-    n = len(pixels)
-    zero = torch.zeros(n, device=pixels.device, dtype=pixels.dtype)
-    angle = uniform(-c.rotate, c.rotate) * (math.pi / 180) if c.rotate is not None else zero
-    shear = torch.tan(uniform(-c.shear, c.shear) * (math.pi / 180)) if c.shear is not None else zero
-    size = uniform(*c.scale) if c.scale is not None else zero + 1
-    # the map from an output pixel to where it reads the input, in affine_grid's coordinates (-1..1)
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    forward = torch.stack([torch.stack([cos, cos * shear - sin], 1), torch.stack([sin, sin * shear + cos], 1)], 1)
-    forward = forward * size[:, None, None]
-    inverse = torch.linalg.inv(forward)
-    move = torch.stack([uniform(-c.translate, c.translate), uniform(-c.translate, c.translate)], 1) * 2 \
-        if c.translate is not None else torch.zeros(n, 2, device=pixels.device, dtype=pixels.dtype)
-    theta = torch.cat([inverse, -(inverse @ move[:, :, None])], 2)  # [N, 2, 3]
-    grid = F.affine_grid(theta, list(pixels.shape), align_corners=False)
-    return F.grid_sample(pixels, grid, mode="bilinear", padding_mode="zeros", align_corners=False)

@@ -186,6 +186,6 @@ def test_each_phase_trains_on_its_minibatches_augmented_with_the_epoch_s_draws(s
     assert len(sliced) == len(seen) == 2 * 2 * 2  # two phases, two epochs, two minibatches of the 256 images
     augment = Augment.of(AugmentConfig(rotate=20.0, noise=0.1), DataConfig(name="mnist"), seed=4)
     for first in range(0, 8, 2):  # an epoch's two steps draw from its generator in turn
-        draws = augment.generator(first // 2 % 2, "cpu")
+        draws = augment.generator(first // 2 % 2)
         for i in (first, first + 1):
             assert torch.equal(seen[i], augment(sliced[i], draws))
