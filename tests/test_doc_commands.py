@@ -88,6 +88,8 @@ RUN = [
      "abstention.certify=false train.threads=1", {}, f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet data.train_limit=2000 train.epochs=1 augment.rotate=15 augment.noise=0.1", {},
      f"{IMAGES} {AGAIN}"),
+    ("python -m bnn_zoo.train lenet data.train_limit=2000 train.epochs=1 outliers.noise=0.25 outliers.mixed=0.25", {},
+     f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.certify runs/lenet", {}, ""),
     ("python -m bnn_zoo.certify RUN", {"RUN": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN_DIR", {"RUN_DIR": "runs/lenet"}, ""),

@@ -36,6 +36,7 @@ from ..core.networks.network_names import imports_beside_you
 from ..core.inference.nuts import nuts_posterior
 from ..core.inference.predictive import predict
 from ..data.shifted.augment import Augment
+from ..data.shifted.outliers import Outliers
 from ..data.inputs import class_names
 from ..data.own import OWN_DATA
 from ..data.sets import TOY_FUNCTIONS, Splits, load_splits
@@ -151,7 +152,7 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
                                 min(plan.train.batch_size, len(splits.train)), device)
     t = replace(plan.train, threads=threads)  # what the phases train on; the stored config keeps null
     run_id = stored["run"] if stored else uuid.uuid4().hex
-    bayes = BayesPhase(plan.networks, t, len(splits.train), device, run.checkpoint, say)
+    bayes = BayesPhase(plan.networks, t, len(splits.train), device, run.checkpoint, say, plan.outliers)
     kl = bayes.elbo.kl_estimators(bayes.model, bayes.guide, splits.train.x[:2], splits.train.y[:2])
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
@@ -159,11 +160,15 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
     augment = Augment.of(plan.augment, plan.data, plan.seed)
     if augment is not None:
         say(f"training images augmented ({plan.augment.describe()})")
-    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks, augment),
+    outliers = Outliers.of(plan.outliers, plan.data, plan.seed)
+    if outliers is not None:
+        say(f"outliers observed as no class in each minibatch ({plan.outliers.describe()})")
+    results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks, augment, outliers),
                          "kl_estimator": kl}}
     if t.twin:
-        twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint)
-        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks, augment)
+        twin = TwinPhase(plan.networks, t, len(splits.train), device, run.twin_checkpoint, plan.outliers)
+        results["twin"] = train_phase(twin, t, config, splits, run_id, say, stored and stored["twin"], ranks, augment,
+                                      outliers)
     return results
 
 

@@ -34,7 +34,8 @@ from ..runs.storage.trained import Trained, gate_density, posteriors
 from .results import Cost, Detection, Evaluation, InDistribution, OODResult, PosteriorResult, SetFigures
 from .set_answers import SetAnswer, answering_sets, no_rule_line
 from .split_fits import References, fit_references
-from .under_shift import STREAM, alarm_result, corrupted_sets, default_shift, seen_in_training, streamed
+from .under_shift import (STREAM, alarm_result, corrupted_sets, default_shift, seen_as_outliers, seen_in_training,
+                          streamed)
 
 DEFAULT_OOD = {"mnist": ("notmnist", "noise", "fashion_mnist"), "fashion_mnist": ("mnist", "notmnist", "noise")}
 
@@ -78,9 +79,10 @@ def selective_risks(probs: torch.Tensor, labels: torch.Tensor, quantile: float =
 def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule | SetAnswer,
                in_density: torch.Tensor | None = None,
                ood_density: torch.Tensor | None = None, gate: torch.Tensor | None = None) -> OODResult:
-    """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection
-    figures by entropy, mutual information and (given both sets' scores) the feature density, for
-    one OOD set against the test set."""
+    """Refusals (under ``rule`` and under the quantile rule), mean entropy, and detection figures
+    (AUROC, AUPR, FPR at 95% TPR) by entropy, mutual information, the largest mean probability
+    (the maximum softmax probability baseline) and (given both sets' scores) the feature density,
+    for one OOD set against the test set."""
     in_u, ood_u = uncertainty(in_probs, rule.quantile), uncertainty(ood_probs, rule.quantile)
     sampled = in_probs.shape[0] > 1  # mutual information is zero for a single deterministic softmax
     return OODResult(
@@ -91,6 +93,7 @@ def ood_result(in_probs: torch.Tensor, ood_probs: torch.Tensor, rule: Rule | Set
         by_mutual_information=Detection(**detection(in_u["mutual_information"], ood_u["mutual_information"]))
         if sampled else None,
         by_feature_density=None if in_density is None else Detection(**detection(in_density, ood_density)),
+        by_max_prob=Detection(**detection(1 - in_u["max_prob"], 1 - ood_u["max_prob"])),
         images=ood_probs.shape[1])
 
 
@@ -151,7 +154,7 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
         if sets is not None and part in results:
             results[part].note = no_rule_line(trained.calibration[part], part, str(run_dir))
     return Evaluation(str(run_dir), num_samples, seed, rule, len(labels), skipped, results,
-                      seen_in_training(trained.config))
+                      seen_in_training(trained.config), seen_as_outliers(trained.config))
 
 
 def _evaluate(trained: Trained, rules: dict, by_sets: dict, x: torch.Tensor, labels: torch.Tensor,

@@ -143,7 +143,8 @@ class Detection:
 
 @dataclass
 class OODResult:
-    """One OOD set against the test set: refusals, mean entropy (bits), detection figures."""
+    """One OOD set against the test set: refusals, mean entropy (bits), detection figures by each
+    signal a rule can gate on (AUROC, AUPR and the FPR at 95% TPR: ``Detection``)."""
 
     refused: float  # under the posterior's rule
     refused_by_quantile_rule: float  # under the quantile rule, Rule()
@@ -151,6 +152,9 @@ class OODResult:
     by_entropy: Detection
     by_mutual_information: Detection | None = None  # None: one deterministic prediction
     by_feature_density: Detection | None = None  # None: no point network to read features from
+    # By 1 - the mean prediction's largest probability (the maximum softmax probability baseline;
+    # None: an older eval.json)
+    by_max_prob: Detection | None = None
     # Overlaid digits: the share refused, or answered with a set holding both digits (None: other sets)
     handled: float | None = None
     alarm: AlarmResult | None = None  # the shift alarm on a stream of its inputs (None: no reference)
@@ -169,8 +173,8 @@ class OODResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> "OODResult":
-        detections = {k: Detection(**d[k]) for k in ("by_entropy", "by_mutual_information", "by_feature_density")
-                      if d.get(k)}
+        detections = {k: Detection(**d[k]) for k in ("by_entropy", "by_mutual_information", "by_feature_density",
+                                                     "by_max_prob") if d.get(k)}
         return cls(**{**d, **detections, "alarm": AlarmResult.read(d.get("alarm"))})
 
 
@@ -227,12 +231,17 @@ class Evaluation:
     # The corruptions the run's declared augmentation showed it in training (bnn_zoo.data.shifted.augment.covered):
     # reported apart, as seen in training, not as a shift
     seen_in_training: tuple[str, ...] = ()
+    # The OOD sets the run's declared outliers showed it in training, made the same way
+    # (bnn_zoo.data.shifted.outliers.covered): reported apart, as seen in training, not as unfamiliar
+    ood_seen_in_training: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {**asdict(self), "posteriors": {part: r.to_dict() for part, r in self.posteriors.items()},
-                "seen_in_training": list(self.seen_in_training)}  # as JSON holds it
+                "seen_in_training": list(self.seen_in_training),  # as JSON holds them
+                "ood_seen_in_training": list(self.ood_seen_in_training)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Evaluation":
         return cls(**{**d, "posteriors": {part: PosteriorResult.from_dict(r) for part, r in d["posteriors"].items()},
-                      "seen_in_training": tuple(d.get("seen_in_training", ()))})
+                      "seen_in_training": tuple(d.get("seen_in_training", ())),
+                      "ood_seen_in_training": tuple(d.get("ood_seen_in_training", ()))})

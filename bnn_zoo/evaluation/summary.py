@@ -16,14 +16,15 @@ ALARM_WITHIN = 50  # the summary counts the corruptions whose alarm sounded by t
 def summary(evaluation: Evaluation) -> str:
     """What a user asks first, a column per posterior: on the test set accuracy, NLL, refusals,
     the certified sets and the shift alarm; per OOD set refusals (one by one and in a stream),
-    AUROC and the alarm; under the corruptions, where measured, refusals and wrong answers. Each
-    block says on how many images, the first line with how many posterior samples; skipped sets
-    say why."""
+    AUROC, the FPR at 95% TPR by each signal and the alarm (a set the run's outliers showed it in
+    training says so in its title); under the corruptions, where measured, refusals and wrong
+    answers. Each block says on how many images, the first line with how many posterior samples;
+    skipped sets say why."""
     results = evaluation.posteriors
     lines = [f"{evaluation.run_dir}: {evaluation.num_samples} posterior samples an input (seed {evaluation.seed})"]
     lines += [f"  {part}: {r.posterior}; rule: {r.rule.in_words()}" for part, r in results.items()]
-    blocks = [_test_block(evaluation), *(_ood_block(results, name) for name in
-                                         dict.fromkeys(name for r in results.values() for name in r.ood))]
+    blocks = [_test_block(evaluation), *(_ood_block(results, name, name in evaluation.ood_seen_in_training)
+                                         for name in dict.fromkeys(name for r in results.values() for name in r.ood))]
     if any(r.shift for r in results.values()):
         blocks.append(_shift_block(results))
     lines += _grid(list(results), blocks)
@@ -45,16 +46,32 @@ def _test_block(evaluation: Evaluation) -> tuple[str, dict[str, list[str]]]:
         **_alarm_row([r.test.alarm for r in results])}
 
 
-def _ood_block(results: dict[str, PosteriorResult], name: str) -> tuple[str, dict[str, list[str]]]:
+def _ood_block(results: dict[str, PosteriorResult], name: str,
+               seen: bool = False) -> tuple[str, dict[str, list[str]]]:
     ood = [r.ood.get(name) for r in results.values()]  # None: a posterior not scored on it
     images = next(o.images for o in ood if o is not None)
     rows = {"refused (one by one)": [_percent(o and o.refused) for o in ood],
             "refused (in a stream, the alarm acting)": [_percent(o and o.refused_in_stream) for o in ood],
             "AUROC (mutual information, or entropy)": [_figure(o and o.best_auroc) for o in ood],
+            **_fpr95_row(ood),
             **_alarm_row([o and o.alarm for o in ood])}
     if any(o is not None and o.handled is not None for o in ood):
         rows["refused or answered with both digits"] = [_percent(o and o.handled) for o in ood]
-    return f"OOD set {name}, {_count(images)} images", rows
+    return f"OOD set {name}{' (seen in training: outliers)' if seen else ''}, {_count(images)} images", rows
+
+
+# The signals the summary gives the FPR at 95% TPR by, and their figures in an OODResult (the
+# feature density's where measured)
+FPR95_BY = {"MI": "by_mutual_information", "entropy": "by_entropy", "max prob": "by_max_prob",
+            "density": "by_feature_density"}
+
+
+def _fpr95_row(ood: list) -> dict[str, list[str]]:
+    """The share of test inputs flagged where 95% of the set's are (FPR at 95% TPR), by each signal
+    of ``FPR95_BY`` measured on any posterior, a cell per posterior (n/a: not measured)."""
+    by = {name: key for name, key in FPR95_BY.items() if any(o is not None and getattr(o, key) for o in ood)}
+    cells = [" / ".join(_percent(o and getattr(o, key) and getattr(o, key).fpr95) for key in by.values()) for o in ood]
+    return {f"FPR at 95% TPR ({' / '.join(by)})": cells}
 
 
 def _shift_block(results: dict[str, PosteriorResult]) -> tuple[str, dict[str, list[str]]]:

@@ -7,7 +7,8 @@ wrong, so that is the figure kept beside the refusals.
 
 Usage: ``figures = streamed(trained.stream("bayes"), probs, labels, gate, seed=0, rule=answer)``;
 ``shifted(probs, labels, answer, gate)``; ``alarm_result(trained, "bayes", probs, seed=0)``;
-``seen_in_training(trained.config)  # ("translate", "rotate", ...): the corruptions its augmentation covers``
+``seen_in_training(trained.config)  # ("translate", "rotate", ...): the corruptions its augmentation covers``;
+``seen_as_outliers(trained.config)  # ("noise", "overlaid"): the OOD sets its outliers cover``
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from ..core.errors import DataError
 from ..data.shifted.augment import AugmentConfig, covered
 from ..data.config import DataConfig
 from ..data.shifted.corruptions import CORRUPTIONS, corrupt
+from ..data.shifted.outliers import OutliersConfig
+from ..data.shifted.outliers import covered as covered_by_outliers
 from ..data.inputs import pixel_inputs
 from ..data.sets import TORCHVISION_SETS, load_torchvision
 from ..runs.storage.trained import Trained
@@ -27,6 +30,13 @@ from .results import AlarmResult, BeforeAfter, ShiftResult
 from .set_answers import SetAnswer
 
 STREAM = 500  # inputs an alarm watches per set, and corrupted images per corruption
+
+
+def seen_as_outliers(config) -> tuple[str, ...]:
+    """The OOD sets a run's declared outliers (its config's ``outliers`` section) showed it in
+    training, made the same way: reported apart, as seen in training (none without such a section)."""
+    section = config.get("outliers")
+    return covered_by_outliers(OutliersConfig(**OmegaConf.to_container(section))) if section else ()
 
 
 def seen_in_training(config) -> tuple[str, ...]:

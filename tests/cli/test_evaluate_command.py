@@ -41,6 +41,11 @@ def test_the_default_board_is_a_screen_of_the_first_questions_each_with_its_size
     auroc = rows[("OOD set noise, 1,000 images", "AUROC (mutual information, or entropy)")]
     assert auroc[0] == f"{bayes.ood['noise'].by_mutual_information.auroc:.4f}"
     assert auroc[1] == f"{found.posteriors[TWIN].ood['noise'].by_entropy.auroc:.4f}"  # a twin has no mutual information
+    fpr95 = rows[("OOD set notmnist, 1,000 images", "FPR at 95% TPR (MI / entropy / max prob)")]
+    notmnist = bayes.ood["notmnist"]
+    assert fpr95[0] == " / ".join(f"{100 * d.fpr95:.2f}%" for d in (
+        notmnist.by_mutual_information, notmnist.by_entropy, notmnist.by_max_prob))
+    assert fpr95[1].startswith("n/a / ")  # the twin's: by entropy and by max prob alone
     assert f"wrote every figure to {out}; --full measures the whole board (see --help)\n" in said
 
 

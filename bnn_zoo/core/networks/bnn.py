@@ -99,13 +99,23 @@ class BayesianNet(PyroModule):
             return {**{f"prior/{k}": v for k, v in getattr(self.prior, "hyperparameters", {}).items()},
                     **{f"noise/{k}": v for k, v in self.likelihood.hyperparameters.items()}}
 
-    def forward(self, x: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, y: Optional[torch.Tensor] = None, outliers: Optional[torch.Tensor] = None,
+                outlier_weight: float = 1.0) -> torch.Tensor:
+        """The likelihood of ``y`` at ``x`` under the drawn weights; with ``outliers`` [M, ...] (inputs
+        that are none of the classes, ``bnn_zoo.data.shifted.outliers``), "no class" observed at them
+        too (``Likelihood.no_class``, of weight ``outlier_weight``), the network run once on both."""
         weights = {name: attrgetter(name)(self.net) for name in self.weight_shapes}
         batch = self.batch_shape(weights)
         if batch and batch[-1] == 1:  # drawn under plates: the last batch dim is the data plate's
             weights = {n: w.expand(*batch, *self.weight_shapes[n]).reshape(*batch[:-1], *self.weight_shapes[n])
                        for n, w in weights.items()}
-        out = self.forward_with(weights, x)
+        if outliers is None:
+            out = self.forward_with(weights, x)
+        else:  # one pass over both, as outlier exposure takes it
+            both = self.forward_with(weights, torch.cat([x, outliers]))
+            at = len(self.batch_shape(weights))  # the inputs' dim of the outputs
+            out, out_outliers = both.split([len(x), len(outliers)], dim=at)
+            self.likelihood.no_class(out_outliers, outlier_weight)
         if x.shape[1:] != self.input_shape:
             self.input_shape = tuple(x.shape[1:])
         return self.likelihood(out, y)

@@ -1,12 +1,14 @@
 """Likelihoods: how a network's outputs explain the data. Each one owns the observation site
 ``obs`` and the data plate (so a minibatch's log-likelihood is scaled by num_data / batch size and
 the KL counts once per pass through the data), the per-sample predictive, the deterministic twin's
-loss and the figures of merit.
+loss and the figures of merit; a classifier's also "no class" observed at outlier inputs
+(``no_class``: the plate ``outliers`` and the factor of the outlier-exposure term).
 
 Usage::
 
     likelihood = Categorical(num_data=55000)       # the network gives logits
     likelihood(logits, y)                           # inside a model: the data plate and obs site
+    likelihood.no_class(outlier_logits, 0.5)        # inside a model: "no class" at the outliers
     likelihood.predictive(logits)                   # class probabilities
     Gaussian(num_data=6, noise="heteroscedastic")   # the network gives mean and noise output
 """
@@ -65,6 +67,21 @@ class Likelihood(PyroModule):
         """Mean negative log-likelihood per example: the deterministic twin's training loss."""
         return -self.distribution(out).log_prob(y).mean()
 
+    def no_class_log_prob(self, out: torch.Tensor) -> torch.Tensor:
+        """[..., M]: the log-likelihood of "no class" at each of M outlier inputs (a classifier's)."""
+        raise ValueError(f"outliers are observed as 'no class', and a {type(self).__name__.lower()} likelihood has no "
+                         "classes: leave the outliers section out")
+
+    def no_class(self, out: torch.Tensor, weight: float) -> None:
+        """Inside a model: observe "no class" at M outlier inputs (the network's outputs at them,
+        [..., M, outputs]), a factor ``no_class`` of ``weight`` times ``no_class_log_prob`` at each,
+        in a plate ``outliers`` as large as the training set (num_data), so that the M stand for
+        num_data of them as a minibatch's examples do in the data plate: the term is weight x
+        num_data x their mean, and the ELBO stays an ELBO of the likelihood with it."""
+        m = out.shape[-2]
+        with pyro.plate("outliers", self.num_data or m, subsample=torch.arange(m, device=out.device), dim=-1):
+            pyro.factor("no_class", weight * self.no_class_log_prob(out))
+
     def metrics(self, samples: torch.Tensor, y: torch.Tensor) -> dict:
         """Figures of the posterior predictive from ``predict``'s samples (S = 1 for a twin)."""
         raise NotImplementedError
@@ -96,6 +113,12 @@ class Categorical(Likelihood):
 
     def twin_loss(self, out, y):
         return F.cross_entropy(out, y)
+
+    def no_class_log_prob(self, out):
+        """The mean log-probability over the C classes, minus the cross-entropy to the uniform
+        distribution: the log-likelihood of a label drawn uniformly, outlier exposure's term
+        (Hendrycks et al. 2019); its largest, -log C, where the network gives every class 1 / C."""
+        return out.log_softmax(-1).mean(-1)
 
     def metrics(self, samples, y):
         """Accuracy and NLL (nats per example) of the mean probability over the samples [S, N, C]."""

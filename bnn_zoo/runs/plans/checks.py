@@ -23,6 +23,8 @@ from ...core.networks.likelihoods import NOISE_MODES
 from ...core.networks.nets import ImageTooSmall
 from ...core.networks.priors import PRIORS
 from ...data.shifted.augment import problem as augment_problem
+from ...data.shifted.outliers import KINDS as OUTLIER_KINDS
+from ...data.shifted.outliers import problem as outliers_problem
 from ...data.own import OWN_DATA, ROWS, name_problem
 from ...posterior import KINDS as POSTERIORS
 from ...posterior import fitted_kinds
@@ -84,8 +86,12 @@ def check(cfg: DictConfig) -> None:
     if data in OWN_DATA and not cfg.data.path:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
-    if (trouble := augment_problem(cfg.augment)) is not None:  # a bad value first, whatever the data
-        raise ConfigError(trouble)
+    for trouble in (augment_problem(cfg.augment), outliers_problem(cfg.outliers)):  # a bad value first, whatever data
+        if trouble is not None:
+            raise ConfigError(trouble)
+    if spec.likelihood != "categorical" and any(cfg.outliers[kind] is not None for kind in OUTLIER_KINDS):
+        raise ConfigError(f"bad config key 'outliers': outliers are observed as 'no class', and {cfg.arch} regresses "
+                          "(no classes): leave it out")
     check_fits(cfg, data)
     if cfg.model.noise_scale is None and spec.likelihood == "gaussian" and data not in OWN_DATA:
         raise ConfigError(f"bad config key 'model.noise_scale': null starts the noise where a least-squares line "

@@ -23,7 +23,8 @@ from .schema import Config
 # key, or a whole section: (the data it fits, data.name's values; what it does, as a refusal says it).
 # A recipe's value of one is kept where its run reads such data, and left at the default elsewhere.
 FITS_DATA = {"data.remade": (("mnist",), "it reads inputs as MNIST's digits were made"),
-             "augment": (("mnist", "fashion_mnist", "folder", "tensors"), "it transforms images")}
+             "augment": (("mnist", "fashion_mnist", "folder", "tensors"), "it transforms images"),
+             "outliers": (("mnist", "fashion_mnist", "folder", "tensors"), "it makes outliers from images")}
 # What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
 DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
 

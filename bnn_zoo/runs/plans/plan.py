@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from ...core.networks.architectures import Recipe, architecture
 from ...core.errors import ConfigError, short_quotes, show
 from ...data.shifted.augment import AugmentConfig
+from ...data.shifted.outliers import OutliersConfig
 from ...data.config import HELD_BESIDE, DataConfig
 from .schema import AbstentionConfig, MCMCConfig, ModelConfig, TrainConfig
 
@@ -73,6 +74,7 @@ class Plan:
     networks: Networks
     data: DataConfig
     augment: AugmentConfig
+    outliers: OutliersConfig
     train: TrainConfig
     mcmc: MCMCConfig
     abstention: AbstentionConfig
@@ -87,12 +89,13 @@ class Plan:
     def of(cls, cfg: DictConfig, beside: dict | None = None) -> "Plan":
         """The plan of ``cfg``, its data section holding the keys held ``beside`` the config (HELD_BESIDE)."""
         sections = {name: OmegaConf.to_object(cfg[name])
-                    for name in ("model", "data", "augment", "train", "mcmc", "abstention")}
+                    for name in ("model", "data", "augment", "outliers", "train", "mcmc", "abstention")}
         sections["data"] = replace(sections["data"], **(beside or {}))
         stats = cfg.data.target_stats
         networks = Networks(recipe(cfg), sections["model"], None if stats is None else tuple(stats),
                             cfg.train.twin_dropout)
-        return cls(cfg, cfg.arch, networks, sections["data"], sections["augment"], sections["train"], sections["mcmc"],
+        return cls(cfg, cfg.arch, networks, sections["data"], sections["augment"], sections["outliers"],
+                   sections["train"], sections["mcmc"],
                    sections["abstention"], cfg.seed, cfg.infer, cfg.device, cfg.run_dir, cfg.resume, cfg.overwrite)
 
     def stored(self) -> dict:

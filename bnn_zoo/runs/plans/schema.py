@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ...data.shifted.augment import AugmentConfig
+from ...data.shifted.outliers import OutliersConfig
 from ...data.config import DataConfig
 
 
@@ -175,6 +176,9 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     # Declared augmentation of the training images (bnn_zoo.data.shifted.augment): each transform and its range
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+    # Declared outliers made in each training minibatch from noise and its own images, observed as "no
+    # class" (bnn_zoo.data.shifted.outliers): each kind's share of a minibatch and the term's weight
+    outliers: OutliersConfig = field(default_factory=OutliersConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mcmc: MCMCConfig = field(default_factory=MCMCConfig)
     abstention: AbstentionConfig = field(default_factory=AbstentionConfig)

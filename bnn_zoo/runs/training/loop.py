@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from ...core.errors import ConfigError, StorageError, TrainingError
 from ...data.shifted.augment import Augment
+from ...data.shifted.outliers import Outliers
 from ...data.sets import Splits, TensorSet
 from ..storage.checkpoint import read, restore_rng, rng_state, save_atomic
 from .ranks import Ranks
@@ -57,11 +58,12 @@ def evaluation_interval(t: TrainConfig, epochs: int) -> int:
     return t.eval_every or max(1, epochs // EVALUATIONS)
 
 
-def training_step(loss_fn: Callable, optimizer) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``step(x, y)``: one optimizer step on ``loss_fn(x, y)`` (a scalar), its value detached."""
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def training_step(loss_fn: Callable, optimizer) -> Callable[..., torch.Tensor]:
+    """``step(x, y)`` (or ``step(x, y, outliers)``): one optimizer step on ``loss_fn`` of the same (a
+    scalar), its value detached."""
+    def step(*inputs: torch.Tensor) -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(x, y)
+        loss = loss_fn(*inputs)
         loss.backward()
         optimizer.step()
         return loss.detach()
@@ -72,13 +74,16 @@ def training_step(loss_fn: Callable, optimizer) -> Callable[[torch.Tensor, torch
 def fit(label: str, step: Callable, optimizer, scheduler, train_set: TensorSet,
         t: TrainConfig, epochs: int, history: list, per_example: float,
         after_epoch: Callable[[dict, bool], Optional[bool]], world: Ranks = Ranks(),
-        augment: Optional[Augment] = None) -> None:
-    """The epoch loop shared by the BNN and its twin: minibatches on the device (each augmented
-    where ``augment`` is given, then cut into a rank's share, ``bnn_zoo.runs.training.ranks``), a progress bar, a check for non-finite losses, then
+        augment: Optional[Augment] = None, outliers: Optional[Outliers] = None) -> None:
+    """The epoch loop shared by the BNN and its twin: minibatches on the device (each augmented where
+    ``augment`` is given, then with its outliers made from it where ``outliers`` is given, then cut
+    into a rank's share, ``bnn_zoo.runs.training.ranks``), a progress bar, a check for non-finite
+    losses, then
     ``after_epoch(record, due)``, where ``due`` says it is time to evaluate and checkpoint (every
     ``evaluation_interval`` epochs and the last); it returns True to stop early.
 
-    ``step(x, y)`` takes an optimizer step and returns the minibatch's loss (detached, a scalar);
+    ``step(x, y)`` (``step(x, y, outliers)`` with outliers) takes an optimizer step and returns the
+    minibatch's loss (detached, a scalar);
     ``per_example`` converts it to nats per training example. Between an epoch's first step and its
     end nothing reads a tensor's value on the host (no wait on a GPU): the epoch's loss is summed on
     the device and read once, after it; the progress bar shows the last epoch's.
@@ -94,17 +99,20 @@ def fit(label: str, step: Callable, optimizer, scheduler, train_set: TensorSet,
         total, taken = torch.zeros((), device=train_set.x.device), 0
         batches = train_set.batches(batch_size, generator=world.order(epoch, train_set.x.device))
         draws = augment.generator(epoch) if augment is not None else None  # on the CPU: alike on every device
+        made = outliers.generator(epoch, train_set.x.device) if outliers is not None else None
         bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
                    desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1,
                    postfix={"last epoch": f"loss {history[-1]['loss']:.4f}"} if history else None)
         for i, (xb, yb) in enumerate(bar):
             if augment is not None:  # the global minibatch, alike on every rank
                 xb = augment(xb, draws)
-            xb, yb = world.share(xb, yb)
+            # from the digits as training reads them: outliers unlike them in shape, not in ink or background
+            extra = (outliers(xb, yb, made),) if outliers is not None else ()
+            xb, yb, *extra = world.share(xb, yb, *extra)
             if not len(xb):  # an epoch's last minibatch, smaller than the ranks
                 continue
             with world.draws(epoch * steps + i):
-                total += step(xb, yb)
+                total += step(xb, yb, *extra)
             taken += 1
         if not taken:  # the same on every rank: all stop
             raise ConfigError(f"{len(train_set)} training examples cannot be shared among {world.size} ranks")
@@ -169,9 +177,10 @@ class Patience:
 
 
 def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str, log: Callable[[str], None],
-                stored: Optional[dict] = None, world: Ranks = Ranks(), augment: Optional[Augment] = None) -> dict:
+                stored: Optional[dict] = None, world: Ranks = Ranks(), augment: Optional[Augment] = None,
+                outliers: Optional[Outliers] = None) -> dict:
     """Train ``phase`` (a ``bnn_zoo.runs.training.phases.Phase``) on ``splits.train`` (its minibatches through
-    ``augment`` where given) for its planned epochs,
+    ``augment`` where given, with the ``outliers`` made from each where given) for its planned epochs,
     continuing from its ``stored`` checkpoint; returns its history, median seconds per epoch (and
     training examples per second at that pace) and test figures. With several ranks, each trains on its share and rank 0 alone validates, writes the
     checkpoints and tests (the others return no test figures). ``t``: the plan's training section;
@@ -219,7 +228,7 @@ def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str
 
     with phase.stepping(), last, cpu_threads(t.threads):
         fit(phase.label, step, optimizer, scheduler, splits.train, t, phase.epochs, history,
-            phase.per_example, after_epoch, world, augment)
+            phase.per_example, after_epoch, world, augment, outliers)
     seconds = statistics.median(h["seconds"] for h in history)
     speed = {"seconds_per_epoch": seconds, "examples_per_second": len(splits.train) / seconds}
     if not world.main:

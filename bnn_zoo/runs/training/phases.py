@@ -8,6 +8,7 @@ Usage::
     phase = BayesPhase(plan.networks, plan.train, num_data=len(splits.train), device=device, path=run.checkpoint)
     twin = TwinPhase(plan.networks, plan.train, num_data=len(splits.train), device=device, path=run.twin_checkpoint)
     loss = phase.loss(x, y)                          # a minibatch's negative ELBO, to minimize
+    loss = phase.loss(x, y, outliers)                # with "no class" at its outliers (an outliers section)
     figures = train_phase(phase, plan.train, config, splits, run_id, log, stored)
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...core.inference.inputs import evaluating
 from ...core.inference.predictive import predict
 from ...core.networks.reparam import LocalReparameterization
 from ...data.sets import TensorSet
+from ...data.shifted.outliers import OutliersConfig
 from . import compile_cache
 from ..plans.factory import build_networks, build_twin
 from ..plans.plan import Networks
@@ -64,12 +66,13 @@ class Phase(Protocol):
     def modules(self) -> list[torch.nn.Module]:
         """The modules holding those parameters (what DDP wraps, ``bnn_zoo.runs.training.ranks``)."""
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """A minibatch's loss, a scalar to minimize."""
+    def loss(self, x: torch.Tensor, y: torch.Tensor, outliers: torch.Tensor | None = None) -> torch.Tensor:
+        """A minibatch's loss, a scalar to minimize; with the minibatch's ``outliers``, "no class" at them too."""
 
-    def updating(self, optimizer: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
-        """A whole training step of its own with ``optimizer`` (the update included; it returns the
-        minibatch's loss, detached), or None: the loop's, ``loss`` then backward and step."""
+    def updating(self, optimizer: torch.optim.Optimizer) -> Callable[..., torch.Tensor] | None:
+        """A whole training step of its own with ``optimizer`` (of a minibatch, with its outliers where
+        it has them; the update included; it returns the minibatch's loss, detached), or None: the
+        loop's, ``loss`` then backward and step."""
 
     def end_epoch(self, record: dict, mean: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Add the phase's own figures of the epoch just done to ``record`` (``mean``: a sum's mean
@@ -94,16 +97,18 @@ class BayesPhase:
     model.reparam=local), its data-fit and KL parts logged per epoch; the step captured as
     ``train.capture`` says (``bnn_zoo.core.fast.captured_step``; auto weighs the planned steps, the device
     and whether the compile cache holds the step, ``bnn_zoo.runs.training.compile_cache``), Adam's update
-    in it. Build and run it with module-local parameters; the steps run without Pyro's argument
-    validation (they cost a third of a mnist_mlp step; the traced run of ``kl_estimators`` before
-    training keeps them on)."""
+    in it. ``outliers``: the run's outliers section, whose weight the "no class" term at a minibatch's
+    outliers takes (``BayesianNet.forward``). Build and run it with module-local parameters; the steps
+    run without Pyro's argument validation (they cost a third of a mnist_mlp step; the traced run of
+    ``kl_estimators`` before training keeps them on)."""
 
     label = "bayes"
     sampled = True
 
     def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, outliers: OutliersConfig = OutliersConfig()):
         self.model, self.guide = build_networks(networks, num_data, device)
+        self.outlier_weight = outliers.weight
         self.elbo = TraceKL_ELBO(t.num_particles, closed_form_kl=t.elbo == "meanfield", kl_weight=t.kl_weight)
         self.reparam = LocalReparameterization if networks.model.reparam == "local" else nullcontext
         self.path, self.lr, self.num_data, self.log = path, t.lr, num_data, log
@@ -116,7 +121,7 @@ class BayesPhase:
         self.signature = repr((torch.__version__, _device_name(device), networks.model, networks.target_stats,
                                f"{recipe.make_net.__module__}.{recipe.make_net.__qualname__}", recipe.input_shape,
                                recipe.likelihood, recipe.classes, num_data, t.batch_size, t.elbo, t.num_particles,
-                               t.kl_weight, sorted((n, tuple(p.shape)) for n, p in self._named_parameters())))
+                               t.kl_weight, outliers, sorted((n, tuple(p.shape)) for n, p in self._named_parameters())))
         steps, kind = self.epochs * math.ceil(num_data / t.batch_size), torch.device(device).type
         warm = t.compile_cache and compile_cache.warm(self.signature)
         self.capture = choose(t.capture, steps, kind, warm)
@@ -140,17 +145,21 @@ class BayesPhase:
     def modules(self) -> list[torch.nn.Module]:
         return [self.guide, self.model]
 
-    def _loss_and_data_fit(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _loss_and_data_fit(self, x: torch.Tensor, y: torch.Tensor,
+                           outliers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The negative ELBO and its data fit (with the outliers' "no class" term where given)."""
+        seen = {} if outliers is None else {"outliers": outliers, "outlier_weight": self.outlier_weight}
         with self.reparam():
-            loss, parts = self.elbo.loss_and_parts(self.model, self.guide, x, y)
+            loss, parts = self.elbo.loss_and_parts(self.model, self.guide, x, y, **seen)
         return loss, parts.data_fit
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, x: torch.Tensor, y: torch.Tensor, outliers: torch.Tensor | None = None) -> torch.Tensor:
+        inputs = (x, y) if outliers is None else (x, y, outliers)  # the captured step's: tensors only
         try:
-            loss, data_fit = (self._captured or self._loss_and_data_fit)(x, y)
+            loss, data_fit = (self._captured or self._loss_and_data_fit)(*inputs)
         except NotCaptured as err:  # for this batch shape: the others stay captured
             self._say_uncaptured(err)
-            loss, data_fit = self._loss_and_data_fit(x, y)
+            loss, data_fit = self._loss_and_data_fit(*inputs)
         self._data_fit = self._data_fit + data_fit
         return loss
 
@@ -161,13 +170,14 @@ class BayesPhase:
         whole = CapturedStep(self._loss_and_data_fit, [self.model, self.guide], self.capture == "compile",
                              self.log, optimizer=optimizer, cached=self.cached, on_compiled=self._mark_cached)
 
-        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def step(x: torch.Tensor, y: torch.Tensor, outliers: torch.Tensor | None = None) -> torch.Tensor:
+            inputs = (x, y) if outliers is None else (x, y, outliers)
             try:
-                loss, data_fit = whole(x, y)
+                loss, data_fit = whole(*inputs)
             except NotCaptured as err:  # Pyro's step and torch's Adam, for this batch shape
                 self._say_uncaptured(err)
                 optimizer.zero_grad(set_to_none=True)
-                loss, data_fit = self._loss_and_data_fit(x, y)
+                loss, data_fit = self._loss_and_data_fit(*inputs)
                 loss.backward()
                 optimizer.step()
                 loss = loss.detach()
@@ -200,16 +210,19 @@ class BayesPhase:
 
 
 class TwinPhase:
-    """Maximum likelihood of the deterministic twin (with dropout when train.twin_dropout > 0),
-    evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior``'s); its steps, as the
-    Bayesian network's, without argument validation."""
+    """Maximum likelihood of the deterministic twin (with dropout when train.twin_dropout > 0; with
+    "no class" at a minibatch's outliers, of the ``outliers`` section's weight, as the Bayesian
+    network's), evaluated in eval mode (MC dropout's sampling is ``bnn_zoo.posterior``'s); its steps,
+    as the Bayesian network's, without argument validation."""
 
     label = "twin"
     per_example = 1.0
     sampled = False
 
-    def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None):
+    def __init__(self, networks: Networks, t: TrainConfig, num_data: int, device, path: Path | None = None,
+                 outliers: OutliersConfig = OutliersConfig()):
         self.twin = build_twin(networks, device)
+        self.outlier_weight = outliers.weight
         self.path, self.epochs, self.lr = path, planned_epochs(t, num_data, twin=True), t.twin_lr or t.lr
 
     def parameters(self) -> list[torch.Tensor]:
@@ -218,8 +231,8 @@ class TwinPhase:
     def modules(self) -> list[torch.nn.Module]:
         return [self.twin]
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.twin.loss(x, y)
+    def loss(self, x: torch.Tensor, y: torch.Tensor, outliers: torch.Tensor | None = None) -> torch.Tensor:
+        return self.twin.loss(x, y, outliers, self.outlier_weight)
 
     def updating(self, optimizer: torch.optim.Optimizer) -> None:
         return None  # the loop's step: the plain network's backward is all of it

@@ -190,12 +190,12 @@ class Ranks:
             return None
         return torch.Generator(device).manual_seed(_stream(self.seed, epoch))
 
-    def share(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's share of a global minibatch (empty where it holds fewer inputs than ranks)."""
+    def share(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """This rank's share of each of a global minibatch's tensors (inputs, labels, outliers): its
+        slice of each (empty where it holds fewer rows than ranks)."""
         if self.size == 1:
-            return x, y
-        n = len(x) // self.size
-        return x[self.rank * n:(self.rank + 1) * n], y[self.rank * n:(self.rank + 1) * n]
+            return tensors
+        return tuple(t[self.rank * (len(t) // self.size):(self.rank + 1) * (len(t) // self.size)] for t in tensors)
 
     def draws(self, step: int):
         """The context of step ``step``'s weight draws: a stream of this rank's own."""
@@ -255,8 +255,8 @@ class _Loss(nn.Module):
         self.held = nn.ModuleList(modules)
         self.loss = loss
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.loss(x, y)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.loss(*inputs)
 
 
 @contextmanager

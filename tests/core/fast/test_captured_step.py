@@ -2,6 +2,7 @@
 import copy
 import gc
 import json
+import math
 import subprocess
 import sys
 import weakref
@@ -16,6 +17,7 @@ from torch import nn
 from bnn_zoo import bayesian, build
 from bnn_zoo.cli.train import train
 from bnn_zoo.core.fast.captured_step import BREAK_EVEN, CapturedStep, NotCaptured, choose, reason
+from bnn_zoo.core.networks.architectures import ARCHITECTURES
 from bnn_zoo.core.inference.elbo import TraceKL_ELBO
 from bnn_zoo.core.networks.reparam import LocalReparameterization
 from bnn_zoo.runs.training.loop import adam
@@ -52,14 +54,17 @@ def pair(arch: str, guide: str = "meanfield"):
     return model, guide, x, y
 
 
-def one_step(model, guide, x, y, reparam: str, capture: str):
-    """(loss, data fit, gradients, parameters after Adam's step, buffers) of one training step."""
+def one_step(model, guide, x, y, reparam: str, capture: str, outliers: torch.Tensor | None = None):
+    """(loss, data fit, gradients, parameters after Adam's step, buffers) of one training step (with
+    "no class" observed at ``outliers`` where given, of weight 0.5)."""
     elbo = TraceKL_ELBO()
     context = LocalReparameterization if reparam == "local" else torch.enable_grad
+    inputs = (x, y) if outliers is None else (x, y, outliers)
 
-    def loss_and_data_fit(x, y):
+    def loss_and_data_fit(x, y, *outliers):
+        seen = {"outliers": outliers[0], "outlier_weight": 0.5} if outliers else {}
         with context():
-            loss, parts = elbo.loss_and_parts(model, guide, x, y)
+            loss, parts = elbo.loss_and_parts(model, guide, x, y, **seen)
         return loss, parts.data_fit
 
     modules = [model, guide]
@@ -68,7 +73,7 @@ def one_step(model, guide, x, y, reparam: str, capture: str):
     with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
         step = loss_and_data_fit if capture == "eager" else CapturedStep(loss_and_data_fit, modules, capture == "compile")
         pyro.set_rng_seed(1)
-        loss, data_fit = step(x, y)
+        loss, data_fit = step(*inputs)
         loss.backward()
     rng = torch.get_rng_state()
     grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
@@ -98,6 +103,17 @@ def test_a_replayed_step_is_pyros_step_on_the_same_draws(arch, reparam):
     captured = one_step(*pair(arch), reparam, "trace")
     assert len(eager[2]) >= 4  # every weight's loc and scale got a gradient
     assert_same(eager, captured, exact=True)
+
+
+@pytest.mark.parametrize("capture", first_by_default(["trace", "compile"]))
+@pytest.mark.parametrize("reparam", ["weights", "local"])
+def test_a_step_with_outliers_is_pyros_step_on_the_same_draws(reparam, capture):
+    """The minibatch's outliers, a third input, observed as "no class" (BayesianNet.forward): captured,
+    the step draws, differentiates and fits the data as Pyro's, that term in its data fit."""
+    outliers = torch.randn(4, *ARCHITECTURES["lenet"].input_shape, generator=torch.Generator().manual_seed(2))
+    eager = one_step(*pair("lenet"), reparam, "eager", outliers)
+    assert_same(eager, one_step(*pair("lenet"), reparam, capture, outliers), exact=capture == "trace")
+    assert eager[1] > one_step(*pair("lenet"), reparam, "eager")[1] + 1000 * math.log(10) * 0.5 * 0.99
 
 
 @pytest.mark.parametrize("arch", first_by_default([*ZOO, ANY_NET]))  # compiling takes seconds an architecture

@@ -92,3 +92,19 @@ def test_a_whole_section_adapts_as_a_key_does(tmp_path, monkeypatch, nothing_sai
     assert load_config(str(recipe)).mcmc.num_samples == 300  # the schema's default section
     assert capsys.readouterr().err.startswith(f"note: {recipe} sets mcmc=")
     assert load_config(str(recipe), ["data.name=fashion_mnist"]).mcmc.num_samples == 7
+
+
+def test_outliers_fit_image_classifiers_only(tmp_path):
+    """The outliers section makes images and observes them as no class: a run that reads a table is
+    refused one, and so is a network that regresses; each in a line naming the key."""
+    table = tmp_path / "t.csv"
+    table.write_text("a,b,label\n0.1,0.2,x\n0.3,0.4,y\n")
+    with pytest.raises(ConfigError, match=r"^bad config key 'outliers': it makes outliers from images, and this run "
+                                          r"reads csv: leave it out$"):
+        resolved(load_config("table_classification", [f"data.path={table}", "outliers.noise=0.1"]))
+    with pytest.raises(ConfigError, match=r"^bad config key 'outliers': outliers are observed as 'no class', and "
+                                          r"toy_mlp regresses \(no classes\): leave it out$"):
+        resolved(load_config("toy_mlp", ["outliers.noise=0.1"]))
+    with pytest.raises(ConfigError, match=r"^bad config key 'outliers.weight': the term's weight, above 0"):
+        resolved(load_config("lenet", ["outliers.noise=0.1", "outliers.weight=-1"]))
+    assert resolved(load_config("lenet", ["outliers.noise=0.1"])).outliers.noise == 0.1

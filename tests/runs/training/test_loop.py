@@ -189,3 +189,80 @@ def test_each_phase_trains_on_its_minibatches_augmented_with_the_epoch_s_draws(s
         draws = augment.generator(first // 2 % 2)
         for i in (first, first + 1):
             assert torch.equal(seen[i], augment(sliced[i], draws))
+
+
+def test_the_outliers_term_enters_each_phase_s_loss_with_its_weight_once_per_training_example():
+    """With the minibatch's outliers, a phase's loss grows by the section's weight times minus the mean
+    log-probability of the classes at them, taken as many times as the training set has examples
+    (the Bayesian network's: at its drawn weights, the KL as it was), the twin's per example; worked
+    by hand on a small MLP."""
+    import pyro
+    import pyro.poutine as poutine
+
+    cfg = tiny_config("mnist_mlp", **{"model.hidden": "[8]", "outliers.noise": 0.5, "outliers.weight": 0.3,
+                                      "train.capture": "eager"})
+    plan, num_data = Plan.of(cfg), 1000
+    g = torch.Generator().manual_seed(5)
+    x, y, outliers = torch.randn(6, 1, 28, 28, generator=g), torch.arange(6), torch.randn(3, 1, 28, 28, generator=g)
+    with pyro.settings.context(module_local_params=True):
+        bayes = BayesPhase(plan.networks, plan.train, num_data, "cpu", outliers=plan.outliers)
+        losses = []
+        for extra in ((), (outliers,)):
+            pyro.set_rng_seed(1)
+            losses.append(bayes.loss(x, y, *extra))
+        pyro.set_rng_seed(1)
+        drawn = bayes.guide(x)  # the guide draws first in the ELBO: the weights both losses drew
+        trace = poutine.trace(poutine.condition(bayes.model, drawn)).get_trace(x, y, outliers=outliers,
+                                                                              outlier_weight=0.3)
+    logits = bayes.model.forward_with({name[len("net."):]: w for name, w in drawn.items()}, outliers)
+    by_hand = -0.3 * num_data / 3 * logits.log_softmax(-1).mean(-1).sum()
+    assert (losses[1] - losses[0]).item() == pytest.approx(by_hand.item(), rel=1e-4)
+    assert trace.nodes["no_class"]["scale"] == pytest.approx(num_data / 3)  # the plate of num_data over the 3
+    twin = TwinPhase(plan.networks, plan.train, num_data, "cpu", outliers=plan.outliers)
+    twin_by_hand = -0.3 * twin.twin.net(outliers).log_softmax(-1).mean(-1).mean()
+    assert (twin.loss(x, y, outliers) - twin.loss(x, y)).item() == pytest.approx(twin_by_hand.item(), rel=1e-4)
+
+
+def test_each_phase_trains_with_its_minibatch_s_outliers_and_the_run_records_and_reports_them(
+        shared_data, tmp_path, monkeypatch, capsys):
+    """train with an outliers section: every step of both phases gets, beside its minibatch as
+    augmented, the outliers the run's Outliers made from it with its epoch's generator; the run's
+    config holds the section, its log says so, and evaluate reports the OOD sets its kinds cover apart."""
+    from bnn_zoo.data.config import DataConfig
+    from bnn_zoo.data.shifted.augment import Augment, AugmentConfig
+    from bnn_zoo.data.shifted.outliers import Outliers, OutliersConfig
+    from bnn_zoo.evaluation.evaluate import evaluate_run
+    from bnn_zoo.evaluation.summary import summary
+
+    sliced, seen, recorded = [], [], TensorSet.batches
+
+    def batches(self, batch_size, shuffle=True, generator=None):
+        for xb, yb in recorded(self, batch_size, shuffle, generator):
+            sliced.append((xb.clone(), yb.clone()))
+            yield xb, yb
+
+    monkeypatch.setattr(TensorSet, "batches", batches)
+    for phase in (BayesPhase, TwinPhase):
+        monkeypatch.setattr(phase, "loss", lambda self, x, y, outliers=None, loss=phase.loss:
+                            seen.append(outliers) or loss(self, x, y, outliers))
+    run = tmp_path / "run"
+    train(tiny_config("lenet", **{"run_dir": str(run), "data.root": str(shared_data), "train.epochs": 2,
+                                  "train.batch_size": 128, "train.capture": "eager", "outliers.noise": 0.25,
+                                  "outliers.mixed": 0.125, "augment.rotate": 20, "abstention.certify": "false",
+                                  "seed": 4}))
+    assert "outliers observed as no class in each minibatch (noise 0.25, mixed 0.125, weight 0.5)" in capsys.readouterr().out
+    assert len(sliced) == len(seen) == 2 * 2 * 2  # two phases, two epochs, two minibatches of the 256 images
+    outliers = Outliers.of(OutliersConfig(noise=0.25, mixed=0.125), DataConfig(name="mnist"), seed=4)
+    augment = Augment.of(AugmentConfig(rotate=20.0), DataConfig(name="mnist"), seed=4)
+    for first in range(0, 8, 2):  # an epoch's two steps draw from its generators in turn
+        draws, turned = outliers.generator(first // 2 % 2, "cpu"), augment.generator(first // 2 % 2, "cpu")
+        for i in (first, first + 1):
+            x, y = sliced[i]
+            assert len(seen[i]) == 32 + 16 and torch.equal(seen[i], outliers(augment(x, turned), y, draws))
+    assert "  noise: 0.25\n  scrambled: null\n  mixed: 0.125\n" in (run / "config.yaml").read_text()
+    evaluation = evaluate_run(run, 2, ood=("noise", "overlaid", "constant"), ood_size=20, test_size=50, shift=(),
+                              references=False)
+    assert evaluation.ood_seen_in_training == ("noise", "overlaid")
+    titles = [line.split("  ")[0] for line in summary(evaluation).splitlines() if line.startswith("OOD set")]
+    assert titles == ["OOD set noise (seen in training: outliers), 20 images",
+                      "OOD set overlaid (seen in training: outliers), 20 images", "OOD set constant, 20 images"]
