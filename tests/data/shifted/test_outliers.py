@@ -162,7 +162,7 @@ def test_a_section_makes_its_kinds_shares_of_a_minibatch_normalized_alike_for_a_
     assert torch.equal(outliers(x, y, outliers.generator(2, "cpu")), out)  # seeded: the same again
     assert not torch.equal(outliers(x, y, outliers.generator(3, "cpu")), out)  # another epoch
     augment = Augment(AugmentConfig(rotate=1.0), MEAN, STD, seed=3)  # a stream apart from augmentation's
-    assert not torch.equal(torch.rand(8, generator=augment.generator(2, "cpu")),
+    assert not torch.equal(torch.rand(8, generator=augment.generator(2)),
                            torch.rand(8, generator=outliers.generator(2, "cpu")))
     other = Outliers(config, MEAN, STD, seed=4)  # another member of an ensemble: draws of its own
     assert not torch.equal(other(x, y, other.generator(2, "cpu")), out)
