@@ -40,23 +40,30 @@ class ScoredRun:
         """The OOD sets measured, far then near."""
         return [n for n in self.far + self.near if n not in self.evaluation.skipped]
 
+    @property
+    def unseen_near(self) -> list[str]:
+        """The near sets that no outlier kind of the run's training covers: the near means are over
+        these alone; a covered one (``Evaluation.ood_seen_in_training``) is reported apart."""
+        return [n for n in self.near if n not in self.evaluation.ood_seen_in_training]
+
     def near_refused(self, result: PosteriorResult) -> float | None:
-        """A posterior's mean refused over the near sets (overlaid digits: refused, or answered with
-        a set holding both), None where there are none."""
-        return _mean([o.refused if o.handled is None else o.handled for o in (result.ood[n] for n in self.near)])
+        """A posterior's mean refused over the near sets not seen in training (overlaid digits:
+        refused, or answered with a set holding both), None where there are none."""
+        return _mean([o.refused if o.handled is None else o.handled for o in (result.ood[n] for n in self.unseen_near)])
 
     def near_refused_in_stream(self, result: PosteriorResult) -> float | None:
-        """A posterior's mean refused over the near sets, each answered as one stream with the
-        after-alarm rule acting (``OODResult.refused_in_stream``), None where not measured."""
-        return _mean([o.refused_in_stream for n in self.near if (o := result.ood[n]).refused_in_stream is not None])
+        """A posterior's mean refused over the near sets not seen in training, each answered as one
+        stream with the after-alarm rule acting (``OODResult.refused_in_stream``), None where not measured."""
+        return _mean([o.refused_in_stream for n in self.unseen_near if (o := result.ood[n]).refused_in_stream is not None])
 
     def near_density_auroc(self, result: PosteriorResult) -> float | None:
-        """A posterior's mean AUROC by the feature density over the near sets, None without one."""
-        return _mean([o.by_feature_density.auroc for n in self.near if (o := result.ood[n]).by_feature_density])
+        """A posterior's mean AUROC by the feature density over the near sets not seen in training,
+        None without one."""
+        return _mean([o.by_feature_density.auroc for n in self.unseen_near if (o := result.ood[n]).by_feature_density])
 
     def near_auroc(self, result: PosteriorResult) -> float | None:
-        """A posterior's mean AUROC (``OODResult.best_auroc``) over the near sets."""
-        return _mean([result.ood[n].best_auroc for n in self.near])
+        """A posterior's mean AUROC (``OODResult.best_auroc``) over the near sets not seen in training."""
+        return _mean([result.ood[n].best_auroc for n in self.unseen_near])
 
     def to_dict(self) -> dict:
         """The evaluation's JSON, with the sets, fonts, training seconds and the means over the near
@@ -65,7 +72,8 @@ class ScoredRun:
                        "auroc": self.near_auroc(r),
                        "density_auroc": self.near_density_auroc(r)}
                 for part, r in self.evaluation.posteriors.items()}
-        return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "letter_fonts": self.letter_fonts,
+        return {**self.evaluation.to_dict(), "far": self.far, "near": self.near, "near_unseen": self.unseen_near,
+                "letter_fonts": self.letter_fonts,
                 "train_seconds": self.train_seconds, "near_means": near,
                 "shift_means": {part: shift_summary(r, self.evaluation.seen_in_training)
                                 for part, r in self.evaluation.posteriors.items() if r.shift}}

@@ -28,7 +28,9 @@ PER_SET: list[tuple[str, bool, Callable[[OODResult], float | None]]] = [
     ("AUROC MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.auroc),
     ("AUPR MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.aupr),
     ("FPR95 MI", False, lambda o: o.by_mutual_information and o.by_mutual_information.fpr95),
+    ("FPR95 max prob", False, lambda o: o.by_max_prob and o.by_max_prob.fpr95),
     ("AUROC density", False, lambda o: o.by_feature_density and o.by_feature_density.auroc),
+    ("FPR95 density", False, lambda o: o.by_feature_density and o.by_feature_density.fpr95),
     ("handled (overlaid)", True, lambda o: o.handled)]
 
 
@@ -41,7 +43,8 @@ def _cell(value, percent: bool) -> str:
 def markdown(runs: dict[str, ScoredRun]) -> str:
     """Every table of the scoreboard, one after another."""
     lines = ["| run | model | rule | " + " | ".join(header for header, _, _ in IN_DISTRIBUTION) +
-             " | near-OOD refused (mean; overlaid: or both in the set) | near-OOD refused, each set one stream (mean) |",
+             " | near-OOD refused (mean of those not seen in training; overlaid: or both in the set) | "
+             "near-OOD refused, each set one stream (mean of those not seen in training) |",
              "|" + " --- |" * (len(IN_DISTRIBUTION) + 5)]
     for name, run in runs.items():
         for r in run.evaluation.posteriors.values():
@@ -57,7 +60,8 @@ def markdown(runs: dict[str, ScoredRun]) -> str:
                   "|" + " --- |" * (len(PER_SET) + 2)]
         for ood in run.sets:
             for r in run.evaluation.posteriors.values():
-                lines.append(f"| {ood}{' (near)' if ood in run.near else ''} | {r.posterior} | " + " | ".join(
+                kind = ", ".join(["near"] * (ood in run.near) + ["seen in training"] * (ood in run.evaluation.ood_seen_in_training))
+                lines.append(f"| {ood}{f' ({kind})' if kind else ''} | {r.posterior} | " + " | ".join(
                     _cell(figure(r.ood[ood]), percent) for _, percent, figure in PER_SET) + " |")
     return "\n".join(lines + ["", ladder_table(runs), "", density_table(runs), "", shift_table(runs)])
 

@@ -14,7 +14,7 @@ from bnn_zoo.evaluation.scoreboard.scored import ScoredRun, all_sets, ladder_row
 def _ood(refused, auroc, mi=None, density=None, handled=None, in_stream=None) -> OODResult:
     return OODResult(refused, refused / 2, 1.0, Detection(auroc, auroc - 0.01, 1 - auroc),
                      mi and Detection(mi, mi - 0.01, 1 - mi), density and Detection(density, density, 1 - density),
-                     handled, refused_in_stream=in_stream)
+                     handled=handled, refused_in_stream=in_stream)
 
 
 def _shift(refused, wrong, alarm_at) -> ShiftResult:
@@ -56,6 +56,9 @@ def test_the_near_means_count_an_overlaid_digit_handled_as_refused():
     assert run.near_auroc(bayes) == pytest.approx((0.85 + 0.65) / 2)  # by mutual information where sampled
     assert run.near_auroc(twin) == pytest.approx((0.6 + 0.55) / 2)  # else by entropy
     assert run.near_density_auroc(bayes) == pytest.approx(0.7)  # the sets that have one
+    run.evaluation.ood_seen_in_training = ("letters",)  # an outlier kind covers it: out of the means
+    assert (run.unseen_near, run.near_refused(bayes), run.near_auroc(bayes)) == (["overlaid"], 0.5, 0.65)
+    assert run.near_density_auroc(bayes) is None and run.to_dict()["near_unseen"] == ["overlaid"]
 
 
 def test_the_shift_summary_keeps_the_corruptions_seen_in_training_apart():

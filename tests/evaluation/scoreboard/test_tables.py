@@ -2,6 +2,7 @@
 each cell the figure it heads."""
 from test_scored import board
 
+from bnn_zoo.evaluation.results import Detection
 from bnn_zoo.evaluation.scoreboard.tables import markdown
 
 
@@ -20,7 +21,20 @@ def test_the_in_distribution_table_and_the_table_per_ood_set():
     letters = _row(text, "| letters (near) | mean-field VI |")
     assert letters[2:6] == ["60.00%", "70.00%", "30.00%", "0.8000"] and letters[-1] == "n/a"  # not overlaid
     assert _row(text, "| overlaid (near) | mean-field VI |")[-1] == "50.00%"
-    assert _row(text, "| notmnist | MAP (the twin) |")[8:12] == ["n/a"] * 3 + ["0.8000"]  # no MI; its density
+    # no MI, no max prob (an older eval.json); its density's AUROC and FPR95
+    assert _row(text, "| notmnist | MAP (the twin) |")[8:14] == ["n/a"] * 4 + ["0.8000", "0.2000"]
+
+
+def test_a_near_set_an_outlier_kind_covers_is_named_and_left_out_of_the_near_means():
+    runs = board()
+    run = runs["runs/a"]
+    run.evaluation.ood_seen_in_training = ("overlaid",)
+    bayes = run.evaluation.posteriors["bayes"]
+    bayes.ood["letters"].by_max_prob = Detection(0.9, 0.88, 0.125)
+    text = markdown(runs)
+    assert _row(text, "| runs/a | mean-field VI |")[-2:] == ["60.00%", "70.00%"]  # letters alone
+    assert _row(text, "| overlaid (near, seen in training) | mean-field VI |")[-1] == "50.00%"
+    assert _row(text, "| letters (near) | mean-field VI |")[11] == "0.1250"  # FPR95 by max prob
 
 
 def test_the_ladder_and_the_density_table():
