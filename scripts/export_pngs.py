@@ -1,6 +1,6 @@
 """Write MNIST or FashionMNIST images as a folder of labelled PNGs (OUT/train/CLASS/N.png and
 OUT/test/CLASS/N.png), the layout ``data.name=folder`` reads: a stand-in for a person's own images,
-to try the four commands of docs/guides/training.md's "Your own data" on.
+to try the four commands of docs/guides/own_data.md's "Your own data" on.
 
 Usage: python scripts/export_pngs.py fashion_mnist pngs/fashion [--per-class 600] [--test-per-class 100]
 """

@@ -156,7 +156,7 @@ class AbstentionConfig:
     # validation split at the same risk and delta: the rule's gate, its class read at this quantile of
     # the samples, the strictest threshold that refuses at most after_alarm_refusal of validation. From
     # the input that sounds the shift alarm on, a stream's answers are held to it. Chosen on the shipped
-    # lenet's scoreboard under shift (docs/guides/abstention.md, "After the alarm").
+    # lenet's scoreboard under shift (docs/guides/shift.md, "After the alarm").
     after_alarm_refusal: float = 0.075
     after_alarm_quantile: float = 0.02
 
