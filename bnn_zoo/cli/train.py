@@ -157,10 +157,11 @@ def train_network(plan: Plan, run: Run, splits: Splits, device, stored: dict | N
     say(f"ELBO {'closed-form KL where one exists' if bayes.elbo.closed_form_kl else 'Monte Carlo KL'}: " +
         ", ".join(f"{kind.replace('_', ' ')} for {len(names)} sites" for kind, names in kl.items() if names) +
         f"; the training step: {DESCRIBED[bayes.capture]} ({bayes.capture_reason}); {why}")
-    augment = Augment.of(plan.augment, plan.data, plan.seed)
+    # seeded as its weights' draws (the run's seed + a member's index): each member its own digits and outliers
+    augment = Augment.of(plan.augment, plan.data, ranks.seed)
     if augment is not None:
         say(f"training images augmented ({plan.augment.describe()})")
-    outliers = Outliers.of(plan.outliers, plan.data, plan.seed)
+    outliers = Outliers.of(plan.outliers, plan.data, ranks.seed)
     if outliers is not None:
         say(f"outliers observed as no class in each minibatch ({plan.outliers.describe()})")
     results = {"bayes": {**train_phase(bayes, t, config, splits, run_id, say, stored, ranks, augment, outliers),

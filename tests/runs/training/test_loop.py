@@ -266,3 +266,18 @@ def test_each_phase_trains_with_its_minibatch_s_outliers_and_the_run_records_and
     titles = [line.split("  ")[0] for line in summary(evaluation).splitlines() if line.startswith("OOD set")]
     assert titles == ["OOD set noise (seen in training: outliers), 20 images",
                       "OOD set overlaid (seen in training: outliers), 20 images", "OOD set constant, 20 images"]
+
+
+def test_each_member_of_an_ensemble_augments_and_makes_outliers_from_its_own_seed(shared_data, tmp_path, monkeypatch):
+    """The members of an ensemble draw their augmentation and outliers as their weights: from the run's
+    seed + their index (member 0 the run's own), so no two members see the same digits and outliers."""
+    from bnn_zoo.data.shifted.augment import Augment
+    from bnn_zoo.data.shifted.outliers import Outliers
+    seeds = []
+    for made in (Augment, Outliers):
+        monkeypatch.setattr(made, "of", classmethod(lambda cls, section, data, seed, of=made.of.__func__:
+                                                    seeds.append((cls.__name__, seed)) or of(cls, section, data, seed)))
+    train(tiny_config("lenet", **{"run_dir": str(tmp_path / "run"), "data.root": str(shared_data), "train.epochs": 1,
+                                  "data.train_limit": 128, "train.members": 3, "train.twin": "false", "seed": 7,
+                                  "outliers.noise": 0.25, "augment.rotate": 20, "abstention.certify": "false"}))
+    assert seeds == [("Augment", 7), ("Outliers", 7), ("Augment", 8), ("Outliers", 8), ("Augment", 9), ("Outliers", 9)]
