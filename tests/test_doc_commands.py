@@ -96,6 +96,7 @@ RUN = [
     ("python -m bnn_zoo.certify RUN_DIR --alpha 0.01 --set-score thr", {"RUN_DIR": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN --data-root DIR", {"RUN": "runs/lenet", "DIR": DATA}, ""),
     ("python -m bnn_zoo.certify RUN --twin-signal feature_density", {"RUN": "runs/lenet"}, ""),
+    ("python -m bnn_zoo.evaluate lenet", {}, EVALUATE),  # the shipped lenet
     ("python -m bnn_zoo.evaluate runs/lenet", {}, EVALUATE),
     ("python -m bnn_zoo.evaluate RUN_DIR", {"RUN_DIR": "runs/lenet"}, EVALUATE),
     ("python -m bnn_zoo.evaluate runs/CONFIG --rule quantile --full", {"CONFIG": "lenet"}, f"{EVALUATE} --shift-size 20"),
