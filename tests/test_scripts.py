@@ -376,7 +376,8 @@ def test_scoreboard_tables_the_figures_it_measured(certified_run, tmp_path, caps
     twin_row = next(line for line in printed.splitlines() if line.startswith("| rotated (near) | MAP (the twin) |"))
     twin_cells = [c.strip() for c in twin_row.strip("|").split("|")]
     twin_rotated = results["posteriors"][TWIN]["ood"]["rotated"]
-    assert twin_cells[8:] == ["n/a"] * 3 + [f"{twin_rotated['by_feature_density']['auroc']:.4f}", "n/a"]  # no MI
+    assert twin_cells[8:] == ["n/a"] * 3 + [f"{twin_rotated[by][key]:.4f}" for by, key in (  # no MI
+        ("by_max_prob", "fpr95"), ("by_feature_density", "auroc"), ("by_feature_density", "fpr95"))] + ["n/a"]
     overlaid = next(line for line in printed.splitlines() if line.startswith("| overlaid (near) | mean-field VI |"))
     assert overlaid.strip("|").split("|")[-1].strip() == f"{100 * bayes['ood']['overlaid']['handled']:.2f}%"
     row = next(line for line in printed.splitlines() if line.startswith(f"| {certified_run} | mean-field VI |"))

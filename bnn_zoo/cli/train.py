@@ -14,7 +14,6 @@ Usage::
     python -m bnn_zoo.train mnist_mlp train.epochs=3 data.root=DIR run_dir=runs/x
     python -m bnn_zoo.train toy_mlp infer=nuts                 # and NUTS, plotted beside VI
     python -m bnn_zoo.train resume=runs/x train.epochs=30      # continue a run, on a longer plan
-    python -m bnn_zoo.train mnist_mlp run_dir=runs/x overwrite=true   # replace the run in runs/x
     python -m bnn_zoo.train lenet data.name=folder data.path=DIR   # your own images, a subfolder per class
 """
 from __future__ import annotations
@@ -45,7 +44,7 @@ from ..evaluation.baseline import mark_no_better
 from ..evaluation.figures.toy_plot import plot_toy
 from ..posterior import KINDS, held_part
 from ..runs.storage.checkpoint import config_dict, replace_config, save_atomic, stored_beside
-from ..runs.plans.checks import check_fitted_kinds, check_network_fits, pick_device
+from ..runs.plans.checks import check_augment, check_fitted_kinds, check_network_fits, check_threads, pick_device
 from ..runs.training.compile_cache import compile_cache, described
 from ..runs.plans.config import make_config, resolved, with_profile
 from ..runs.training.cost import Cost
@@ -81,6 +80,7 @@ def train(cfg: DictConfig) -> dict:
     inferred = None if cfg.data.name else cfg.data.path  # resolved() tells data.name by data.path's kind
     cfg = resolved(cfg)
     plan = Plan.of(cfg)
+    check_threads(plan.train.threads)  # what this machine has: before anything is written
     if plan.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
         check_network_fits(plan)
     ranks = Ranks.from_env(plan.seed)
@@ -102,6 +102,7 @@ def train(cfg: DictConfig) -> dict:
         if plan.data.name in OWN_DATA:
             check_network_fits(plan)
         check_fitted_kinds(plan, len(splits.train))  # before the first epoch, not after the run
+        check_augment(plan)  # images only: a tensors file of rows is a table
         if ranks.main:
             _begin(run, plan, stored)
             trust_given(plan.arch, dict(plan.networks.model.kwargs), log)  # built, and started: its runs rebuild it
@@ -116,7 +117,8 @@ def train(cfg: DictConfig) -> dict:
         if inferred:
             log(f"data.name={plan.data.name}, inferred from data.path={inferred} (data.name=folder, tensors or csv "
                 "says otherwise)")
-        log(f"{plan.arch} on {plan.data.name} ({len(splits.train)} training examples), device {device}, "
+        target = f", target column {plan.data.target!r}" if plan.data.target else ""  # a table's: what it predicts
+        log(f"{plan.arch} on {plan.data.name} ({len(splits.train)} training examples{target}), device {device}, "
             f"guide {plan.networks.model.guide}, run directory {run.dir}{ranks}"
             f"{ranks.on_cpus(device, plan.train.threads or torch.get_num_threads())}")
         metrics = {"config": plan.stored(), **train_network(plan, run, splits, device, stored, ranks)}
@@ -241,9 +243,8 @@ def fit_posteriors(names: list[str], run: Run, splits: Splits, device, run_fits:
     for member, folder in zip((trained, *trained.members), folders):
         fits, stale = read_fits(folder.fitted, member, device, stored=run_fits if folder is run else None)
         kept = {name: fits[name] for name in names if name in fits}
-        for name in [*fits, *stale]:
-            if name not in names:
-                log(f"{name}: dropped from {folder.dir} with its certificate (train.drop_posteriors)")
+        for name in (n for n in [*fits, *stale] if n not in names):
+            log(f"{name}: dropped from {folder.dir} with its certificate (train.drop_posteriors)")
         for name in names:
             if name in kept:
                 continue
@@ -263,8 +264,7 @@ def fit_posteriors(names: list[str], run: Run, splits: Splits, device, run_fits:
 def test_posteriors(samples: int, splits: Splits, run: Run, device) -> dict:
     """The test figures of every posterior the run holds: an ensemble's mixtures (guides, and twins:
     the deep ensemble), the posteriors fitted after training."""
-    results = {}
-    trained = run.load(device)
+    results, trained = {}, run.load(device)
     for part, posterior in posteriors(trained).items():
         probs = posterior.predict(splits.test.x, samples)
         test = prefixed("test", trained.model.likelihood.metrics(probs, splits.test.y))

@@ -2,7 +2,7 @@
 line turns it into one line on stderr and exit code 2 (``bnn_zoo.cli.options.run``); and the
 notices of names an earlier bnn-zoo used, each said once (``say_once``).
 
-Usage: ``raise ConfigError("bad config key 'train.lr': must be positive, got -1")``
+Usage: ``raise ConfigError("bad value for train.lr: must be a positive number, got -1")``
 """
 from __future__ import annotations
 

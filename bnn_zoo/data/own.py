@@ -210,6 +210,16 @@ def _tensor_file(path: Path) -> dict:
     return stored
 
 
+def holds_rows(path: str | Path) -> bool:
+    """Whether the tensors file ``path`` (a .pt or .npz) holds rows, x of [N, features]: a table, not
+    images; False where it cannot be read (reading the run's data says why)."""
+    try:
+        x = _tensor_file(Path(path).expanduser()).get("x")
+    except (DataError, OSError):
+        return False
+    return isinstance(x, torch.Tensor) and x.dim() == 2
+
+
 def _npz(path: Path) -> bool:
     with zipfile.ZipFile(path) as archive:  # torch.save's zip holds data.pkl, numpy.savez's .npy files
         return all(name.endswith(".npy") for name in archive.namelist())

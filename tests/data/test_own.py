@@ -188,6 +188,7 @@ def test_a_csv_classifier_reads_its_columns_by_name(tmp_path, capsys):
 
 
 def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path, capsys):
+    """And the run's log names the column it predicts (issue 51: a table run's did not)."""
     x, y = flowers(60)
     write_csv(tmp_path / "f.csv", ["a", "b", "c", "kind"], [[*r, k] for r, k in zip(x.tolist(), y.tolist())])
     cfg = own_config("mnist_mlp", tmp_path / "run", **{"data.path": str(tmp_path / "f.csv"), "model.hidden": "[8]",
@@ -197,7 +198,7 @@ def test_a_table_given_without_data_name_trains_as_a_table_and_says_so(tmp_path,
     log = capsys.readouterr().out.splitlines()
     assert log[0] == (f"data.name=csv, inferred from data.path={tmp_path / 'f.csv'} (data.name=folder, tensors or csv "
                       "says otherwise)")
-    assert log[1].startswith("mnist_mlp on csv (39 training examples)")
+    assert log[1].startswith("mnist_mlp on csv (39 training examples, target column 'kind'), device ")  # issue 51
 
 
 @pytest.mark.slow
@@ -447,7 +448,7 @@ def test_bad_settings_and_files_are_named(tmp_path):
 
     with pytest.raises(ConfigError, match="data.name=folder reads your own data; give its folder or file as data.path"):
         make_config({"arch": "lenet", "data": {"name": "folder"}})
-    with pytest.raises(ConfigError, match="'data.channels': choose 1 \\(gray\\) or 3 \\(RGB\\), not 2"):
+    with pytest.raises(ConfigError, match="bad value for data.channels: choose 1 \\(gray\\) or 3 \\(RGB\\), not 2"):
         make_config({"arch": "lenet", "data": {"name": "folder", "path": "x", "channels": 2}})
     write_csv(tmp_path / "t.csv", ["a", "label"], [[1, "x"], [2, "y"]] * 10)
     cfg = resolved(own_config("mnist_mlp", tmp_path / "run", **{"data.name": "csv", "data.path": str(tmp_path / "t.csv"),

@@ -34,6 +34,7 @@ from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .adam_in_graph import InGraphAdam, update
+from .code_folder import UnsafeFolder
 from .compiling import Compiled, KeptStreams, first_line
 
 MODES = ("compile", "trace", "eager")  # with inductor; replayed op by op; Pyro's Python every step
@@ -160,6 +161,8 @@ class CapturedStep:
                         loss, figures, _ = graph(params, buffers, list(inputs), list(self.adam.moments()))
                         return (loss, *figures)
                     loss, figures, grads = graph(params, buffers, list(inputs))
+            except UnsafeFolder:  # the compile cache refused where torch reads it: no step runs past that
+                raise
             except Exception as err:  # noqa: BLE001 - the replay failed while running: Pyro's step from now on
                 keep.restore()  # the draws the failed replay took are drawn again by Pyro's step
                 failed = self.graphs[key] = NotCaptured(f"the captured step failed while running "

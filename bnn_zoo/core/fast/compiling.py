@@ -22,6 +22,7 @@ from typing import Callable
 import pyro
 import torch
 
+from .code_folder import before_compiling
 from .ordered_draws import Unordered, ordered
 
 # Prediction compiles (once per model) from this many predictions, samples x inputs: on two CPU
@@ -37,7 +38,9 @@ class Compiled:
     (no C++ compiler, an op inductor lacks), or the compiled function fails while running, ``fn``
     itself runs from then on, with a note that ends in ``fallback``, drawing what the compiled one
     would have. ``order``: ``fn`` is an FX graph whose draws are chained in their order first.
-    ``on_compiled``: called once, when the compiled function has run."""
+    ``on_compiled``: called once, when the compiled function has run. It compiles once, at its
+    first call, right after torch's compile cache is checked (``before_compiling``: an
+    ``UnsafeFolder`` there is raised, not fallen back from); its callers give it one signature."""
 
     def __init__(self, fn: Callable, note: Callable[[str], None], fallback: str, cuda_graphs: bool,
                  order: bool = False, cached: bool = True, static: tuple = (),
@@ -59,6 +62,7 @@ class Compiled:
             return self._running(args)
         self.cuda = self.cuda_graphs and any(t.is_cuda for t in args[0])
         cuda_devices = [t.device for t in args[0] if t.is_cuda][:1] if self.cuda else []
+        before_compiling()  # what torch is about to read (or write, then load) could be another user's
         try:
             with _compiling(self.cached), torch.random.fork_rng(devices=cuda_devices):
                 fn = self.fn

@@ -115,6 +115,18 @@ def _is_draw(node: fx.Node) -> bool:
             and torch.Tag.nondeterministic_seeded in node.target.tags)
 
 
+def _copied(graph: fx.Graph) -> fx.Graph:
+    """``graph``'s nodes copied, its code generator (the pytree specs its inputs and outputs are read
+    and written by) shared: ``ordered`` changes no spec, and a deep copy of one warns with a
+    FutureWarning (``isinstance(treespec, LeafSpec)`` is deprecated) on torch versions whose
+    LeafSpec does not pickle itself. torch's own ``Graph.__deepcopy__`` less that copy."""
+    copied = fx.Graph()
+    values, output = copied.graph_copy(graph, {}, return_output_node=True)
+    copied.output(values, type_expr=getattr(output, "type", None)).meta = copy.copy(output.meta)
+    copied.set_codegen(graph._codegen)
+    return copied
+
+
 def ordered(graph: fx.GraphModule) -> fx.GraphModule:
     """A copy of ``graph`` whose draws are calls of ``bnn_zoo::ordered_draw``, each taking the one
     before it; ``graph`` itself as it was where it draws fewer than two numbers' worth of ops."""
@@ -123,7 +135,7 @@ def ordered(graph: fx.GraphModule) -> fx.GraphModule:
         return graph
     if ordered_draw is None:
         raise Unordered("torch.library.custom_op is missing (torch < 2.4)")
-    copied = fx.GraphModule(graph, copy.deepcopy(graph.graph))
+    copied = fx.GraphModule(graph, _copied(graph.graph))
     g = copied.graph
     before = None
     for node in [n for n in g.nodes if _is_draw(n)]:

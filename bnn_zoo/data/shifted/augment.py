@@ -88,15 +88,25 @@ def problem(section) -> Optional[str]:
     for key, (low, high, unit) in ranges.items():
         value = get(key)
         if value is not None and not low <= value <= high:
-            return f"bad config key 'augment.{key}': {unit}, from {low} to {high} (null: off), got {value}"
+            return f"bad value for augment.{key}: {unit}, from {low} to {high} (null: off), got {value}"
     for key, (low, high) in {"scale": (0.1, 4.0), "ink": (0.0, 1.0)}.items():
         value = get(key)
         if value is not None and not (len(value) == 2 and low <= value[0] <= value[1] <= high):
-            return (f"bad config key 'augment.{key}': a range [low, high] with {low} <= low <= high <= {high} "
+            return (f"bad value for augment.{key}: a range [low, high] with {low} <= low <= high <= {high} "
                     f"(null: off), got {list(value)}")
     if not 0 <= get("p") <= 1:
-        return f"bad config key 'augment.p': the share of examples augmented, from 0 to 1, got {get('p')}"
+        return f"bad value for augment.p: the share of examples augmented, from 0 to 1, got {get('p')}"
     return None
+
+
+def misfit(config: AugmentConfig, data: DataConfig) -> Optional[str]:
+    """Why ``config``, turned on, cannot augment what a run on ``data`` reads (its own data's shape
+    known: rows, a table, not images), as a clause (``transforms images ...``), or None."""
+    found = profile_of(data)
+    if not config.active or found is None or len(found.input_shape) == 3:
+        return None
+    return (f"transforms images [channels, height, width], and this run's inputs are of shape "
+            f"{list(found.input_shape)} (rows of {data.name}: a table, not images): leave it out")
 
 
 def covered(section: Optional[AugmentConfig]) -> tuple[str, ...]:
@@ -121,10 +131,9 @@ class Augment:
         where its section turns nothing on."""
         if not config.active:
             return None
+        if (trouble := misfit(config, data)) is not None:
+            raise DataError(f"the augment section {trouble}")
         found = profile_of(data)
-        if found is not None and len(found.input_shape) != 3:
-            raise DataError(f"the augment section transforms images [channels, height, width], and this run's inputs "
-                            f"are of shape {list(found.input_shape)}: leave it out")
         return cls(config, *((MNIST_MEAN, MNIST_STD) if found is None else (found.mean, found.std)), seed)
 
     def generator(self, epoch: int) -> torch.Generator:

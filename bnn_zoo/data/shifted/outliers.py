@@ -87,11 +87,11 @@ def problem(section) -> Optional[str]:
     for key in KINDS:
         share = getattr(section, key)
         if share is not None and not 0 < share <= 1:
-            return (f"bad config key 'outliers.{key}': a share of a minibatch, above 0 and at most 1 (null: off), "
+            return (f"bad value for outliers.{key}: a share of a minibatch, above 0 and at most 1 (null: off), "
                     f"got {share}")
     weight = section.weight
     if not (isinstance(weight, (int, float)) and 0 < weight <= 10):
-        return f"bad config key 'outliers.weight': the term's weight, above 0 and at most 10, got {weight}"
+        return f"bad value for outliers.weight: the term's weight, above 0 and at most 10, got {weight}"
     return None
 
 

@@ -1,11 +1,12 @@
 """The checks a config passes before anything runs: names from their lists, every number in its
 range, keys that must agree; each failure one line naming the key, the value it quotes shortened.
 
-Usage: ``check(cfg)  # ConfigError("bad config key 'train.lr': must be a positive number, got -1.0")``
+Usage: ``check(cfg)  # ConfigError("bad value for train.lr: must be a positive number, got -1.0")``
 (the layout of a config's keys, before they are merged, is ``bnn_zoo.runs.plans.layout``'s)
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,13 +23,14 @@ from ...core.networks.guides import GUIDES
 from ...core.networks.likelihoods import NOISE_MODES
 from ...core.networks.nets import ImageTooSmall
 from ...core.networks.priors import PRIORS
+from ...data.shifted.augment import misfit as augment_misfit
 from ...data.shifted.augment import problem as augment_problem
 from ...data.shifted.outliers import KINDS as OUTLIER_KINDS
 from ...data.shifted.outliers import problem as outliers_problem
 from ...data.own import OWN_DATA, ROWS, name_problem
 from ...posterior import KINDS as POSTERIORS
 from ...posterior import fitted_kinds
-from .data_keys import check_fits
+from .data_keys import check_fits, data_kind
 from .factory import build_twin
 from .plan import Plan, recipe
 
@@ -64,12 +66,12 @@ def check(cfg: DictConfig) -> None:
     spec = recipe(cfg)
     suits = (*spec.datasets, *(OWN_DATA if spec.likelihood == "categorical" else ROWS))  # a folder holds classes
     if cfg.data.name is not None and cfg.data.name not in suits:
-        raise ConfigError(f"bad config key 'data.name': {show(cfg.data.name)} does not suit "
+        raise ConfigError(f"bad value for data.name: {show(cfg.data.name)} does not suit "
                           f"{cfg.arch}; choose one of {', '.join(suits)}")
     fitted = fitted_kinds()
     unknown = next((name for name in cfg.train.posteriors if name not in fitted), None)
     if unknown is not None:
-        raise ConfigError(f"bad config key 'train.posteriors': {show(unknown)} is no posterior fitted after training; "
+        raise ConfigError(f"bad value for train.posteriors: {show(unknown)} is no posterior fitted after training; "
                           f"choose from {', '.join(fitted)} (or register one: bnn_zoo.posterior.register)")
     for key in ("train.posteriors", "train.drop_posteriors"):
         named = list(OmegaConf.select(cfg, key))
@@ -82,7 +84,7 @@ def check(cfg: DictConfig) -> None:
                           "resume=RUN; a new run fits those train.posteriors names and no others")
     if cfg.train.posteriors and not cfg.train.twin:
         raise ConfigError("bad config key 'train.posteriors': they are fitted around the twin; train it too (train.twin=true)")
-    data = cfg.data.name or spec.datasets[0]  # table_mlp's default is a table of yours
+    data = cfg.data.name or _told(cfg.data.path) or spec.datasets[0]  # table_mlp's default is a table of yours
     if data in OWN_DATA and not cfg.data.path:
         raise ConfigError(f"bad config key 'data.path': data.name={data} reads your own data; give "
                           "its folder or file as data.path=PATH")
@@ -107,13 +109,13 @@ def check(cfg: DictConfig) -> None:
                "train.lr_schedule": ("constant", "cosine", "step")}
     for key, allowed in choices.items():
         if OmegaConf.select(cfg, key) not in allowed:
-            raise ConfigError(f"bad config key {key!r}: choose {' or '.join(allowed)}, "
+            raise ConfigError(f"bad value for {key}: choose {' or '.join(allowed)}, "
                               f"not {show(OmegaConf.select(cfg, key))}")
     check_device_name(cfg.device)  # whether this machine has it is pick_device's to say
     for key, (least, most) in WHOLE.items():
         value = OmegaConf.select(cfg, key)
         if value is not None and not least <= value <= most:
-            raise ConfigError(f"bad config key {key!r}: must be a whole number from {least} to {most}, "
+            raise ConfigError(f"bad value for {key}: must be a whole number from {least} to {most}, "
                               f"got {show(value)}")
     t = cfg.train
     if (t.epochs is None) == (t.steps is None):
@@ -125,23 +127,23 @@ def check(cfg: DictConfig) -> None:
             "data.val_size=0 holds none out: give data.val_size=N or train.patience=null"
         raise ConfigError(f"bad config key 'train.patience': early stopping watches the validation NLL, and {fix}")
     if cfg.data.channels == 2:
-        raise ConfigError("bad config key 'data.channels': choose 1 (gray) or 3 (RGB), not 2")
+        raise ConfigError("bad value for data.channels: choose 1 (gray) or 3 (RGB), not 2")
     for key in POSITIVE:
         value = OmegaConf.select(cfg, key)
         if value is not None and not 0 < value < float("inf"):
-            raise ConfigError(f"bad config key {key!r}: must be a positive number, got {show(value)}")
+            raise ConfigError(f"bad value for {key}: must be a positive number, got {show(value)}")
     for key, interval in FRACTIONS.items():
         value = OmegaConf.select(cfg, key)
         if value is not None and not ((value > 0 if interval[0] == "(" else value >= 0) and
                                       (value < 1 if interval[-1] == ")" else value <= 1)):
-            raise ConfigError(f"bad config key {key!r}: must lie in {interval}, got {show(value)}")
+            raise ConfigError(f"bad value for {key}: must lie in {interval}, got {show(value)}")
     for key in ("data.classes", "data.features"):  # a stored config's names are printed as they are
         problem = next(filter(None, map(name_problem, map(str, OmegaConf.select(cfg, key) or []))), None)
         if problem is not None:
-            raise ConfigError(f"bad config key {key!r}: {problem}")
+            raise ConfigError(f"bad value for {key}: {problem}")
     hidden = cfg.model.hidden
     if hidden is not None and not (len(hidden) and all(isinstance(w, int) and 0 < w <= MAX_COUNT for w in hidden)):
-        raise ConfigError(f"bad config key 'model.hidden': {HIDDEN}; got {show(OmegaConf.to_container(hidden))}")
+        raise ConfigError(f"bad value for model.hidden: {HIDDEN}; got {show(OmegaConf.to_container(hidden))}")
     fewest = min(cfg.train.test_samples, cfg.abstention.samples)
     if cfg.train.members > fewest:  # a mixture draws at least one sample from every member
         raise ConfigError(f"bad config key 'train.members': an ensemble of {cfg.train.members} needs at least "
@@ -170,6 +172,15 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"bad config section 'abstention': {short_quotes(str(err))}") from None
 
 
+def _told(path: str | None) -> str | None:
+    """The kind of data ``data.path`` holds, where data.name is left out and its path tells it
+    (``resolved`` names a path that does not); None where it does not."""
+    try:
+        return data_kind(path) if path else None
+    except ConfigError:
+        return None
+
+
 def check_network_fits(plan: Plan) -> None:
     """The network a plan names must be built, and take its data's shape: a network by name (its
     factory called, under ``bnn_zoo.core.networks.network_names``' guard) or one on your own data, once its
@@ -187,6 +198,31 @@ def check_network_fits(plan: Plan) -> None:
                           "any size") from None
     except ValueError as err:
         raise ConfigError(f"bad config key 'arch': {short_quotes(str(err))}") from None
+
+
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system tells it; else the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> None:
+    """``train.threads`` no more than the cores this process has (``cores``): said before the run
+    folder is made (a billion ran the OpenMP runtime out of memory after it was; a thousand on two
+    cores trained 94 times slower, without a word)."""
+    have = cores()
+    if threads is not None and threads > have:
+        raise ConfigError(f"bad value for train.threads: {threads} CPU threads, and this process has {have} CPU "
+                          f"core{'s' if have > 1 else ''}: give at most train.threads={have}, or train.threads=null "
+                          "(chosen from a step's work)")
+
+
+def check_augment(plan: Plan) -> None:
+    """An augment section turned on transforms images: refused, once the run's own data is read and
+    before the run folder is made, where that data holds rows (a tensors file of [N, features])."""
+    if (trouble := augment_misfit(plan.augment, plan.data)) is not None:
+        raise ConfigError(f"bad config key 'augment': it {trouble}")
 
 
 def check_fitted_kinds(plan: Plan, num_data: int) -> None:
@@ -208,7 +244,7 @@ def check_fitted_kinds(plan: Plan, num_data: int) -> None:
 def check_device_name(name: str) -> None:
     """A device's name must be one of pick_device's forms, whatever this machine has."""
     if not DEVICES.fullmatch(name):
-        raise ConfigError(f"bad config key 'device': {show(name)} is not a device; choose auto, cpu, cuda, "
+        raise ConfigError(f"bad value for device: {show(name)} is not a device; choose auto, cpu, cuda, "
                           "cuda:N or mps")
 
 

@@ -16,10 +16,11 @@ from omegaconf.errors import OmegaConfBaseException
 from ...core.networks.architectures import CLASSIFIER_DATA
 from ...core.errors import ConfigError, say_once, short_quotes, show
 from ...data.config import HELD_BESIDE
+from ...data.own import holds_rows
 from ...data.profile import least_squares_sd
 from ...data.sets import Splits
 from .checks import check
-from .data_keys import data_kind, fitted_to_data
+from .data_keys import TENSOR_ROWS, data_kind, fitted_to_data
 from .layout import check_layout
 from .plan import recipe
 from .schema import Config
@@ -98,9 +99,10 @@ def _explained(err: OmegaConfBaseException, source: Optional[str] = None) -> Con
     quotes shortened."""
     reason = str(getattr(err, "msg", err)).split("\n")[0]
     kind = next((kind for words, kind in _KINDS.items() if words in reason), None)
-    reason = f"must be {kind}, not {show(err.value)}" if kind else short_quotes(reason)
-    where = f" in {source}" if source else ""
-    return ConfigError(f"bad config key {show(getattr(err, 'full_key', None))}{where}: {reason}")
+    where, key = f" in {source}" if source else "", getattr(err, "full_key", None)
+    if kind:  # a known key, a value it cannot take
+        return ConfigError(f"bad value for {key}{where}: must be {kind}, not {show(err.value)}")
+    return ConfigError(f"bad config key {show(key)}{where}: {short_quotes(reason)}")
 
 
 def _parse(override: str) -> DictConfig:
@@ -169,13 +171,14 @@ def load_config(name: str | None = None, overrides: list[str] | None = None) -> 
 
 def _run_data(base: DictConfig, overrides: list[str]) -> Optional[str]:
     """The data a run of a recipe's ``base`` and the command line's ``overrides`` reads: data.name,
-    else data.path's kind, else the recipe's set; None where they cannot tell it (a mistake that
-    make_config names)."""
+    else data.path's kind, else the recipe's set (a tensors file of rows: ``TENSOR_ROWS``, a table);
+    None where they cannot tell it (a mistake that make_config names)."""
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(Config), base, *map(_parse, overrides))
-        return cfg.data.name or (data_kind(cfg.data.path) if cfg.data.path else recipe(cfg).datasets[0])
+        data = cfg.data.name or (data_kind(cfg.data.path) if cfg.data.path else recipe(cfg).datasets[0])
     except (ConfigError, OmegaConfBaseException):
         return None
+    return TENSOR_ROWS if data == "tensors" and cfg.data.path and holds_rows(cfg.data.path) else data
 
 
 def resolved(cfg: DictConfig) -> DictConfig:

@@ -20,11 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 from ...core.errors import ConfigError, say_once, show
 from .schema import Config
 
-# key, or a whole section: (the data it fits, data.name's values; what it does, as a refusal says it).
-# A recipe's value of one is kept where its run reads such data, and left at the default elsewhere.
+# key, or a whole section: (the data it fits, data.name's values, a tensors file by what it holds;
+# what it does, as a refusal says it). A recipe's value of one is kept where its run reads such data,
+# and left at the default elsewhere.
 FITS_DATA = {"data.remade": (("mnist",), "it reads inputs as MNIST's digits were made"),
-             "augment": (("mnist", "fashion_mnist", "folder", "tensors"), "it transforms images"),
-             "outliers": (("mnist", "fashion_mnist", "folder", "tensors"), "it makes outliers from images")}
+             "augment": (("mnist", "fashion_mnist", "folder", "tensors of images"), "it transforms images"),
+             "outliers": (("mnist", "fashion_mnist", "folder", "tensors of images"), "it makes outliers from images")}
+# A tensors file of rows (x [N, features]) is a table, not images: what ``fitted_to_data``'s reads()
+# tells it as, where it can read the file; its images, or a file not read yet, are data.name=tensors.
+TENSOR_ROWS = "tensors of rows"
 # What a data.path's name says it holds, where data.name is left out (a folder: data.name=folder)
 DATA_SUFFIXES = {".csv": "csv", ".pt": "tensors", ".npz": "tensors"}
 
@@ -53,11 +57,17 @@ def _shown(value) -> str:
     return json.dumps(OmegaConf.to_container(value) if isinstance(value, DictConfig) else value)
 
 
+def fits_data(data: str, fits: tuple[str, ...]) -> bool:
+    """Whether a run reading ``data`` (data.name, or ``TENSOR_ROWS``) reads data a key ``fits``; a
+    tensors file not told apart fits as images (a file of rows is refused once read: checks.check_augment)."""
+    return data in fits or f"{data} of images" in fits
+
+
 def check_fits(cfg: DictConfig, data: str) -> None:
     """Each key of ``FITS_DATA`` that ``cfg`` sets away from its default fits ``data``, the data its
     run reads; else a ConfigError naming it (a recipe's value never gets here: ``fitted_to_data``)."""
     for key, (fits, what) in FITS_DATA.items():
-        if OmegaConf.select(cfg, key) != default_of(key) and data not in fits:
+        if OmegaConf.select(cfg, key) != default_of(key) and not fits_data(data, fits):
             default = "" if isinstance(default_of(key), DictConfig) else f" ({key}={_shown(default_of(key))})"
             raise ConfigError(f"bad config key {key!r}: {what}, and this run reads {data}: leave it out{default}")
 
@@ -65,7 +75,8 @@ def check_fits(cfg: DictConfig, data: str) -> None:
 def fitted_to_data(base: DictConfig, overrides: list[str], source: str, reads: Callable[[], Optional[str]]) -> DictConfig:
     """``base``, a recipe's keys from ``source``, with each key of ``FITS_DATA`` it sets, and the
     command line (``overrides``) does not, left at its default where the run reads data it does
-    not fit (``reads()``: that data, None where it cannot be told yet), said in a line on stderr."""
+    not fit (``reads()``: that data, ``TENSOR_ROWS`` for a tensors file of rows, None where it
+    cannot be told yet), said in a line on stderr."""
     given = {override.partition("=")[0].strip() for override in overrides}
     set_here = lambda key: any(g == key or g.startswith(f"{key}.") for g in given)  # noqa: E731 (a section's keys too)
     held = [key for key in FITS_DATA if not set_here(key) and OmegaConf.select(base, key) not in (None, default_of(key))]
@@ -74,7 +85,7 @@ def fitted_to_data(base: DictConfig, overrides: list[str], source: str, reads: C
         return base
     base = base.copy()
     for key in held:
-        if data not in FITS_DATA[key][0]:
+        if not fits_data(data, FITS_DATA[key][0]):
             section, _, name = key.rpartition(".")
             value = OmegaConf.select(base, key)
             (OmegaConf.select(base, section) if section else base).pop(name)  # a key, or a whole section

@@ -1,7 +1,7 @@
 """A config's keys laid out as the schema lays them out, checked before they are merged (a config
 file's, a checkpoint's, an override's): each failure one line naming the key and what it must be.
 
-Usage: ``check_layout({"train": {"epochs": [3]}}, Config)  # ConfigError("bad config key 'train.epochs': ...")``
+Usage: ``check_layout({"train": {"epochs": [3]}}, Config)  # ConfigError("bad value for train.epochs: ...")``
 """
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ MAPPINGS = {"model.kwargs": "a mapping of the network's keyword arguments (for e
 def check_layout(base: Any, schema: type, source: Optional[str] = None) -> None:
     """``base`` (a config file's keys, a checkpoint's, an override's) laid out as ``schema`` (the
     config's dataclass) lays them out, before it is merged: a mapping of sections, each a mapping
-    of its keys; lists of plain values, mappings, and null only where a key may be null. Unknown
-    keys, interpolations and plain values of another kind are the merge's to name. Each failure
-    one line naming the key, what it must be, and ``source`` (the file it came from) where given."""
+    of its keys; lists of plain values, mappings, booleans as true or false, and null only where a
+    key may be null. Unknown keys, interpolations and plain values of another kind are the merge's
+    to name. Each failure one line naming the key, what it must be, and ``source`` (the file it came
+    from) where given."""
     where = f" in {source}" if source else ""
     if isinstance(base, DictConfig):
         base = OmegaConf.to_container(base, resolve=False)
@@ -50,7 +51,7 @@ def _check_keys(node: dict, schema: type, prefix: str, where: str) -> None:
             continue
         reason = _misfit(name, hint, value)
         if reason:
-            raise ConfigError(f"bad config key {name!r}{where}: {reason}")
+            raise ConfigError(f"bad value for {name}{where}: {reason}")
 
 
 def _misfit(name: str, hint: Any, value: Any) -> Optional[str]:
@@ -65,8 +66,8 @@ def _misfit(name: str, hint: Any, value: Any) -> Optional[str]:
         fits = isinstance(value, list) and all(map(plain, value))
     elif origin is dict:
         fits = isinstance(value, dict) and (inner[1] is Any or all(map(plain, value.values())))
-    else:
-        fits = plain(value)
+    else:  # a boolean read strictly: true or false, not 2 or yes (which the merge would take as true)
+        fits = plain(value) and (kind is not bool or isinstance(value, bool))
     if fits:
         return None
     if name == "model.hidden":

@@ -36,7 +36,7 @@ def recipe(cfg: DictConfig) -> Recipe:
     why there is none."""
     kwargs = OmegaConf.to_container(cfg.model.kwargs)
     if cfg.model.likelihood not in (None, "categorical", "gaussian"):
-        raise ConfigError(f"bad config key 'model.likelihood': choose categorical or gaussian (or null), not "
+        raise ConfigError(f"bad value for model.likelihood: choose categorical or gaussian (or null), not "
                           f"{show(cfg.model.likelihood)}")
     try:
         spec = architecture(cfg.arch, kwargs, cfg.model.likelihood)

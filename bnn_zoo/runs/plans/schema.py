@@ -98,7 +98,7 @@ class TrainConfig:
     # CPU threads torch's operations use while a phase trains and validates (null: chosen from the
     # step's work by bnn_zoo.runs.training.threads: one thread under 10 million FLOPs a step's forward pass,
     # torch's own choice, one per core, above). Any network loses much to a second thread when other
-    # work shares the cores: train.threads=1 there.
+    # work shares the cores: train.threads=1 there. At most the CPU cores the process may use.
     threads: Optional[int] = None
     # The Bayesian network's training step captured once and replayed (bnn_zoo.core.fast.captured_step): compile
     # (torch.compile fuses it with Adam's update; on CUDA one CUDA graph), trace (replayed op by op,

@@ -7,10 +7,14 @@ nothing. Beside torch's files, one empty file per compiled step, named by the st
 says the cache holds it (``warm``): what ``bnn_zoo.core.fast.captured_step.choose`` weighs.
 
 What the folder holds is code that training runs (inductor's generated Python and C++, the
-libraries built from it), so it is used only where no one else can have written it (``check``): a
-folder another user owns, or that others can write, or a file in it that is so, is refused in one
-line, as ssh refuses a key others can read. A folder whose path holds white space is not used
-(torch's C++ build cannot take one): the run compiles without keeping its steps, and says so.
+libraries built from it), so it is used only where no one else can have written it, along its whole
+path (``check``, by ``bnn_zoo.core.fast.code_folder``'s rules: a folder above it that others can write
+and is not sticky, a symbolic link another user owns on the way, a folder or file in it another
+user owns or others can write, a symbolic link in it), as ssh's StrictModes refuses a key: in one line
+before the run folder is made, and again where torch reads it, at each compile (``compile_cache``
+names the folder and its fixes in the refusal the compile makes). A folder whose path holds white
+space is not used (torch's C++ build cannot take one): the run compiles without keeping its steps,
+and says so.
 
 Usage::
 
@@ -21,16 +25,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ...core.errors import StorageError
+from ...core.fast.code_folder import Unsafe, UnsafeFolder, problem
 
 CACHE_ENV, TORCH_ENV = "BNN_ZOO_CACHE", "TORCHINDUCTOR_CACHE_DIR"
 _STEPS = "bnn_zoo_steps"  # the markers' subfolder
-GROUP, OTHERS = (stat.S_IWGRP, stat.S_IXGRP), (stat.S_IWOTH, stat.S_IXOTH)  # (can write, can pass through)
 
 
 def folder() -> Path:
@@ -58,56 +61,30 @@ def spaced(path: str | Path) -> bool:
 def check() -> bool:
     """Whether ``folder()`` keeps the compiled steps: False where its path holds white space (``spaced``);
     made, yours alone, where missing; a StorageError, before any run folder is made, where it is not a
-    folder, or it or anything in it could hold code another user wrote (``_not_yours``)."""
+    folder, or it, a folder above it or anything in it could hold code another user wrote (``refused``)."""
     place = folder()
     if spaced(place):
         return False
-    how = f"name a folder of your own ({CACHE_ENV}=DIR), or train without it (train.compile_cache=false)"
     if place.exists() and not place.is_dir():
-        raise StorageError(f"the compile cache {place} is a file, not a folder: {how}")
+        raise StorageError(f"the compile cache {place} is a file, not a folder: {HOW}")
     try:
         place.mkdir(mode=0o700, parents=True, exist_ok=True)
-        why = _not_yours(place)
+        unsafe = problem(place)
     except OSError as err:
-        raise StorageError(f"cannot use the compile cache {place} ({err.strerror or type(err).__name__}): {how}") from None
-    if why:
-        fix = "" if "another user" in why else f"make it yours alone (chmod -R go-w {place}), "
-        raise StorageError(f"the compile cache {place} is not yours alone ({why}); it holds code that training "
-                           f"runs: {fix}{how}")
+        raise StorageError(f"cannot use the compile cache {place} ({err.strerror or type(err).__name__}): {HOW}") from None
+    if unsafe:
+        raise refused(place, unsafe)
     return True
 
 
-WRITERS = {"its group": (stat.S_IWGRP, stat.S_IXGRP), "others": (stat.S_IWOTH, stat.S_IXOTH)}  # (writes, passes)
+HOW = f"name a folder of your own ({CACHE_ENV}=DIR), or train without it (train.compile_cache=false)"
 
 
-def _not_yours(root: Path) -> str | None:
-    """Why ``root`` or what it holds could hold code another user wrote, or None: it or anything in
-    it owned by another user, ``root`` writable by its group or others, anything in it writable by
-    those of them who can reach it (every folder on the way lets them pass: the one bnn-zoo makes
-    does not, so what torch writes in it under any umask is yours alone)."""
-    me, info = os.geteuid(), root.stat()
-    why = _why(str(root), info, me, stat.S_IXGRP | stat.S_IXOTH)
-    passes = {str(root): info.st_mode}  # the pass bits that reach into each folder
-    for top, folders, files in os.walk(root):  # links are not followed
-        for name in (*folders, *files):
-            if why:
-                return why
-            path = os.path.join(top, name)
-            held = os.lstat(path)
-            why = _why(path, held, me, passes[top])
-            if stat.S_ISDIR(held.st_mode):
-                passes[path] = passes[top] & held.st_mode
-    return why
-
-
-def _why(path: str, held: os.stat_result, me: int, reach: int) -> str | None:
-    """Why ``path`` (its lstat ``held``) could hold another user's code, reached by those whose pass
-    bits ``reach`` holds; None where it cannot."""
-    if held.st_uid != me:
-        return f"{path} belongs to another user (uid {held.st_uid})"
-    writers = [who for who, (writes, passes) in WRITERS.items()
-               if reach & passes and held.st_mode & writes and not stat.S_ISLNK(held.st_mode)]
-    return f"{path} is writable by {' and '.join(writers)} (mode {stat.S_IMODE(held.st_mode):o})" if writers else None
+def refused(place: Path, unsafe: Unsafe) -> StorageError:
+    """The one line that refuses the compile cache ``place``: what is wrong where, and the fixes."""
+    fix = f"{unsafe.fix}, " if unsafe.fix else ""
+    return StorageError(f"the compile cache {place} is not yours alone ({unsafe.why}); it holds code that training "
+                        f"runs: {fix}{HOW}")
 
 
 @contextmanager
@@ -127,6 +104,10 @@ def compile_cache(enabled: bool, say: Callable[[str], None] = print) -> Iterator
             os.environ.pop(TORCH_ENV)
     try:
         yield
+    except UnsafeFolder as err:  # found where torch reads it, at a compile: said as a training says it
+        if kept and err.folder == Path(os.path.abspath(folder())):
+            raise refused(folder(), err.unsafe) from None
+        raise
     finally:
         if before is None:
             os.environ.pop(TORCH_ENV, None)

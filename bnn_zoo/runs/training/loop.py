@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...core.errors import ConfigError, StorageError, TrainingError
+from ...core.fast.code_folder import UnsafeFolder
 from ...data.shifted.augment import Augment
 from ...data.shifted.outliers import Outliers
 from ...data.sets import Splits, TensorSet
@@ -245,8 +246,8 @@ def train_phase(phase, t: TrainConfig, config: dict, splits: Splits, run_id: str
 class LastCheckpoint:
     """The epoch a phase's checkpoint file holds, and what a stopped run says about it: a checkpoint
     is written only from finite parameters, and a TrainingError (divergence) or StorageError (a full
-    disk, a folder gone read-only) raised inside ``with last:`` ends with which epoch the file holds
-    and how to resume from it."""
+    disk, a folder gone read-only; not a compile cache refused where torch reads it, which says its
+    own fix) raised inside ``with last:`` ends with which epoch the file holds and how to resume from it."""
 
     def __init__(self, path: Path, lr: float, epoch: Optional[int], first: int):
         self.path, self.lr, self.epoch = path, lr, epoch
@@ -261,7 +262,7 @@ class LastCheckpoint:
 
     def __exit__(self, kind, err, tb):
         run_dir = self.path.parent
-        if isinstance(err, StorageError):
+        if isinstance(err, StorageError) and not isinstance(err, UnsafeFolder):  # the compile cache's own line
             advice = (f"{self.path} holds epoch {self.epoch}: free space (or make {run_dir} writable) and resume: "
                       f"python -m bnn_zoo.train resume={run_dir}" if self.epoch is not None else
                       "no checkpoint was written: free space (or make the folder writable) and train again")

@@ -37,7 +37,8 @@ def step_flops(net: nn.Module, input_shape: tuple[int, ...], batch: int) -> int:
 def step_threads(threads: Optional[int], net: nn.Module, input_shape: tuple[int, ...], batch: int,
                  device: torch.device) -> tuple[Optional[int], str]:
     """The threads a phase trains on (None: torch's own choice) and why, for the log: ``threads``
-    where given, else by the step's work (``PAYS_FROM``); on a GPU, torch's own."""
+    where given, else by the step's work (``PAYS_FROM``); on a GPU, torch's own. The log advises
+    train.threads=1 for a shared machine only where torch's own choice is more than one."""
     if threads:
         return threads, f"{threads} CPU thread{'s' if threads > 1 else ''} (train.threads)"
     if device.type != "cpu":
@@ -46,5 +47,7 @@ def step_threads(threads: Optional[int], net: nn.Module, input_shape: tuple[int,
     if work < PAYS_FROM:
         return 1, (f"1 CPU thread (train.threads=null: a step's forward pass is {work / 1e6:.2g} million FLOPs, "
                    f"under the {PAYS_FROM / 1e6:g} million from which a second pays)")
-    return None, (f"{torch.get_num_threads()} CPU threads, torch's own (train.threads=null: a step's forward pass "
-                  f"is {work / 1e6:.3g} million FLOPs; on a shared machine train.threads=1)")
+    own = torch.get_num_threads()  # one already (one core, OMP_NUM_THREADS=1): nothing to advise
+    shared = "; on a shared machine train.threads=1" if own > 1 else ""
+    return None, (f"{own} CPU thread{'s' if own > 1 else ''}, torch's own (train.threads=null: a step's forward pass "
+                  f"is {work / 1e6:.3g} million FLOPs{shared})")

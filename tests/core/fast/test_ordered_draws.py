@@ -66,3 +66,29 @@ def test_a_draw_into_a_tensor_read_elsewhere_is_not_chained():
 def test_a_graph_with_one_draw_is_left_as_it_is():
     graph = make_fx(lambda: torch.randn(3) * 2)()
     assert ordered(graph) is graph
+
+
+def test_ordering_a_step_s_graph_copies_none_of_its_pytree_specs(monkeypatch):
+    """Issue 51: lenet and table training printed torch's FutureWarning "`isinstance(treespec,
+    LeafSpec)` is deprecated": ``ordered`` deep-copied the graph's pytree specs (a captured step's
+    graph takes and gives lists), and a LeafSpec that does not pickle itself (as in some torch
+    versions that deprecate it; 2.14.1's does) warns when copied. With such a LeafSpec, ordering
+    warns not, and the copy still takes and gives lists (its specs shared: torch's Graph._codegen,
+    pinned here)."""
+    import warnings
+
+    import torch.utils._pytree as pytree
+
+    monkeypatch.delattr(pytree.LeafSpec, "__reduce__", raising=False)
+
+    def step(params, inputs):
+        return [params[0] * torch.randn(3) + inputs[0], torch.randn(2)]
+
+    graph = make_fx(step)([torch.ones(3)], [torch.ones(3)])
+    assert graph.graph._codegen.pytree_info is not None  # lists in and out: specs to copy or share
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chained = ordered(graph)
+    assert chained.graph._codegen is graph.graph._codegen
+    got, want = run(lambda: chained([torch.ones(3)], [torch.ones(3)])), run(lambda: step([torch.ones(3)], [torch.ones(3)]))
+    assert isinstance(got, list) and all(torch.equal(a, b) for a, b in zip(got, want))

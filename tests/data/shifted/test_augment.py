@@ -131,18 +131,19 @@ def test_a_run_augments_only_where_its_section_turns_something_on_with_its_data_
     assert Augment.of(AugmentConfig(rotate=5.0), own, 0).std.flatten().tolist() == [0.5, 0.5, 0.5]
     rows = DataConfig(name="tensors", path="x.pt", input_shape=[4], classes=["a", "b"], mean=[0.0] * 4, std=[1.0] * 4,
                       digest="d")
-    with pytest.raises(DataError, match=r"transforms images \[channels, height, width\], and this run's inputs are "
-                                        r"of shape \[4\]: leave it out"):
+    with pytest.raises(DataError, match=r"^the augment section transforms images \[channels, height, width\], and this "
+                                        r"run's inputs are of shape \[4\] \(rows of tensors: a table, not images\): "
+                                        r"leave it out$"):
         Augment.of(AugmentConfig(rotate=5.0), rows, 0)
 
 
 @pytest.mark.parametrize("section, said", [
-    (AugmentConfig(translate=0.7), "bad config key 'augment.translate': a share of the image's side, from 0 to 0.5"),
-    (AugmentConfig(rotate=-1.0), "bad config key 'augment.rotate': degrees, from 0 to 180 (null: off), got -1.0"),
-    (AugmentConfig(scale=[1.2, 0.8]), "bad config key 'augment.scale': a range [low, high] with 0.1 <= low <= high"),
-    (AugmentConfig(ink=[0.5]), "bad config key 'augment.ink': a range [low, high]"),
-    (AugmentConfig(blur=4.0), "bad config key 'augment.blur': a Gaussian's sd in pixels, from 0 to 3"),
-    (AugmentConfig(p=1.5), "bad config key 'augment.p': the share of examples augmented, from 0 to 1, got 1.5"),
+    (AugmentConfig(translate=0.7), "bad value for augment.translate: a share of the image's side, from 0 to 0.5"),
+    (AugmentConfig(rotate=-1.0), "bad value for augment.rotate: degrees, from 0 to 180 (null: off), got -1.0"),
+    (AugmentConfig(scale=[1.2, 0.8]), "bad value for augment.scale: a range [low, high] with 0.1 <= low <= high"),
+    (AugmentConfig(ink=[0.5]), "bad value for augment.ink: a range [low, high]"),
+    (AugmentConfig(blur=4.0), "bad value for augment.blur: a Gaussian's sd in pixels, from 0 to 3"),
+    (AugmentConfig(p=1.5), "bad value for augment.p: the share of examples augmented, from 0 to 1, got 1.5"),
 ])
 def test_a_bad_section_is_refused_by_its_key(section, said):
     assert problem(section).startswith(said)

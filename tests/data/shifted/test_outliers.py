@@ -180,10 +180,10 @@ def test_a_run_makes_outliers_only_where_its_section_turns_a_kind_on_with_its_da
 
 
 @pytest.mark.parametrize("section, said", [
-    (OutliersConfig(noise=0.0), "bad config key 'outliers.noise': a share of a minibatch, above 0 and at most 1"),
-    (OutliersConfig(mixed=1.5), "bad config key 'outliers.mixed': a share of a minibatch, above 0 and at most 1"),
+    (OutliersConfig(noise=0.0), "bad value for outliers.noise: a share of a minibatch, above 0 and at most 1"),
+    (OutliersConfig(mixed=1.5), "bad value for outliers.mixed: a share of a minibatch, above 0 and at most 1"),
     (OutliersConfig(cut=0.1, weight=0.0),
-     "bad config key 'outliers.weight': the term's weight, above 0 and at most 10, got 0"),
+     "bad value for outliers.weight: the term's weight, above 0 and at most 10, got 0"),
 ])
 def test_a_bad_section_is_refused_by_its_key(section, said):
     assert problem(section).startswith(said)

@@ -43,30 +43,30 @@ def test_overrides_and_paths(tmp_path):
     (["arch=lenet", "model.hidden=[10]"], "fixed shape"),
     (["data.name=mnist"], "does not suit toy_mlp"),
     (["train.lr_schedule=linear"], "train.lr_schedule"),
-    (["model.guide=laplace"], "'model.guide'.*meanfield or lowrank or delta"),
-    (["model.guide_rank=0"], "'model.guide_rank': must be a whole number from 1 to 1000000000, got 0"),
+    (["model.guide=laplace"], "bad value for model.guide:.*meanfield or lowrank or delta"),
+    (["model.guide_rank=0"], "bad value for model.guide_rank: must be a whole number from 1 to 1000000000, got 0"),
     (["train.kl_weight=0"], "train.kl_weight.*positive"),
     (["abstention.risk=0"], "'abstention': risk must lie strictly between 0 and 1, got 0"),
     (["abstention.delta=1"], "'abstention': delta must lie strictly between 0 and 1, got 1"),
     (["abstention.max_refusal=1.5"], "'abstention': max_refusal must lie in \\[0, 1\\], got 1.5"),
     (["abstention.quantile=1.5"], "'abstention': quantile must lie in \\[0, 1\\], got 1.5"),
     (["abstention.signal=variance"], "'abstention': signal must be one of mutual_information, entropy"),
-    (["abstention.samples=0"], "'abstention.samples': must be a whole number from 1 to 10000, got 0"),
-    (["infer=mcmc"], "'infer'.*svi or nuts"),
+    (["abstention.samples=0"], "bad value for abstention.samples: must be a whole number from 1 to 10000, got 0"),
+    (["infer=mcmc"], "bad value for infer:.*svi or nuts"),
     (["mcmc.target_accept=1.5"], "mcmc.target_accept"),
-    (["mcmc.warmup_steps=-1"], "'mcmc.warmup_steps': must be a whole number from 0 to 1000000000, got -1"),
-    (["arch=mnist_mlp", "model.hidden=[]"], r"'model.hidden': give one or more whole positive widths.*got \[\]"),
-    (["arch=mnist_mlp", "model.hidden=[0]"], r"'model.hidden': give one or more whole positive widths.*got \[0\]"),
-    (["data.train_limit=0"], "'data.train_limit': must be a whole number from 1 to 1000000000, got 0"),
-    (["data.train_limit=-1"], "'data.train_limit': must be a whole number from 1 to 1000000000, got -1"),
-    (["data.test_limit=-100"], "'data.test_limit': must be a whole number from 1 to 1000000000, got -100"),
-    (["train.lr=inf"], "'train.lr': must be a positive number, got inf"),
-    (["model.prior_scale=inf"], "'model.prior_scale': must be a positive number, got inf"),
-    (["train.twin_lr=-1"], "'train.twin_lr': must be a positive number"),
-    (["train.twin_epochs=-3"], "'train.twin_epochs': must be a whole number from 1 to 1000000000, got -3"),
-    (["train.lr_step=0"], "'train.lr_step': must be a whole number from 1 to 1000000000, got 0"),
-    (["seed=-1"], "'seed': must be a whole number from 0 to 4294967295, got -1"),
-    (["train.test_samples=100000000"], "'train.test_samples': must be a whole number from 1 to 10000, got 100000000"),
+    (["mcmc.warmup_steps=-1"], "bad value for mcmc.warmup_steps: must be a whole number from 0 to 1000000000, got -1"),
+    (["arch=mnist_mlp", "model.hidden=[]"], r"bad value for model.hidden: give one or more whole positive widths.*got \[\]"),
+    (["arch=mnist_mlp", "model.hidden=[0]"], r"bad value for model.hidden: give one or more whole positive widths.*got \[0\]"),
+    (["data.train_limit=0"], "bad value for data.train_limit: must be a whole number from 1 to 1000000000, got 0"),
+    (["data.train_limit=-1"], "bad value for data.train_limit: must be a whole number from 1 to 1000000000, got -1"),
+    (["data.test_limit=-100"], "bad value for data.test_limit: must be a whole number from 1 to 1000000000, got -100"),
+    (["train.lr=inf"], "bad value for train.lr: must be a positive number, got inf"),
+    (["model.prior_scale=inf"], "bad value for model.prior_scale: must be a positive number, got inf"),
+    (["train.twin_lr=-1"], "bad value for train.twin_lr: must be a positive number"),
+    (["train.twin_epochs=-3"], "bad value for train.twin_epochs: must be a whole number from 1 to 1000000000, got -3"),
+    (["train.lr_step=0"], "bad value for train.lr_step: must be a whole number from 1 to 1000000000, got 0"),
+    (["seed=-1"], "bad value for seed: must be a whole number from 0 to 4294967295, got -1"),
+    (["train.test_samples=100000000"], "bad value for train.test_samples: must be a whole number from 1 to 10000, got 100000000"),
     (["train=5"], "section 'train': a mapping of its keys .*not 5"),
 ])
 def test_bad_configs_name_the_key(overrides, message):
@@ -150,7 +150,7 @@ def message(overrides, base=None):
     return str(err.value)
 
 
-HIDDEN = ("bad config key 'model.hidden': give one or more whole positive widths (for example [400, 400]), "
+HIDDEN = ("bad value for model.hidden: give one or more whole positive widths (for example [400, 400]), "
           "or null for the architecture's default; got ")
 
 
@@ -169,25 +169,25 @@ KWARGS = "a mapping of the network's keyword arguments (for example {width: 16})
 
 
 @pytest.mark.parametrize("base, expected", [
-    ({"model": {"kwargs": 5}}, f"bad config key 'model.kwargs': must be {KWARGS}, not 5"),
-    ({"model": {"kwargs": "ab"}}, f"bad config key 'model.kwargs': must be {KWARGS}, not 'ab'"),
-    ({"model": {"kwargs": [1]}}, f"bad config key 'model.kwargs': must be {KWARGS}, not [1]"),
-    ({"model": {"kwargs": None}}, f"bad config key 'model.kwargs': must be {KWARGS}, not null"),
+    ({"model": {"kwargs": 5}}, f"bad value for model.kwargs: must be {KWARGS}, not 5"),
+    ({"model": {"kwargs": "ab"}}, f"bad value for model.kwargs: must be {KWARGS}, not 'ab'"),
+    ({"model": {"kwargs": [1]}}, f"bad value for model.kwargs: must be {KWARGS}, not [1]"),
+    ({"model": {"kwargs": None}}, f"bad value for model.kwargs: must be {KWARGS}, not null"),
     ({"model": [1, 2]}, ("bad config section 'model': a mapping of its keys (for example model: {prior: gaussian}), "
                          "not [1, 2]")),
     ({"data": 3}, "bad config section 'data': a mapping of its keys (for example data: {download: True}), not 3"),
     ({"abstention": None}, ("bad config section 'abstention': a mapping of its keys (for example abstention: "
                             "{certify: True}), not null")),
-    ({"train": {"epochs": [1]}}, "bad config key 'train.epochs': must be a whole number, not [1]"),
-    ({"train": {"batch_size": None}}, "bad config key 'train.batch_size': must be a whole number, not null"),
-    ({"arch": None}, "bad config key 'arch': must be a string, not null"),
-    ({"data": {"ood": 5}}, ("bad config key 'data.ood': must be a mapping of names to folders of images (for example "
+    ({"train": {"epochs": [1]}}, "bad value for train.epochs: must be a whole number, not [1]"),
+    ({"train": {"batch_size": None}}, "bad value for train.batch_size: must be a whole number, not null"),
+    ({"arch": None}, "bad value for arch: must be a string, not null"),
+    ({"data": {"ood": 5}}, ("bad value for data.ood: must be a mapping of names to folders of images (for example "
                             "{letters: DIR}), not 5")),
-    ({"data": {"ood": {"a": [1]}}}, ("bad config key 'data.ood': must be a mapping of names to folders of images "
+    ({"data": {"ood": {"a": [1]}}}, ("bad value for data.ood: must be a mapping of names to folders of images "
                                      "(for example {letters: DIR}), not {'a': [1]}")),
-    ({"data": {"mean": {"a": 1}}}, "bad config key 'data.mean': must be a list of numbers, not {'a': 1}"),
-    ({"data": {"classes": [[1]]}}, "bad config key 'data.classes': must be a list of strings, not [[1]]"),
-    ({"data": {"input_shape": "ab"}}, "bad config key 'data.input_shape': must be a list of whole numbers, not 'ab'"),
+    ({"data": {"mean": {"a": 1}}}, "bad value for data.mean: must be a list of numbers, not {'a': 1}"),
+    ({"data": {"classes": [[1]]}}, "bad value for data.classes: must be a list of strings, not [[1]]"),
+    ({"data": {"input_shape": "ab"}}, "bad value for data.input_shape: must be a list of whole numbers, not 'ab'"),
     ([1, 2], "a config is a mapping of sections (arch: lenet, train: {epochs: 3}, ...), not a list"),
 ])
 def test_a_key_of_another_kind_is_one_line_saying_what_it_must_be(base, expected):
@@ -204,16 +204,16 @@ def test_a_config_file_s_key_of_another_kind_names_the_file(tmp_path):
     (tmp_path / "mine.yaml").write_text("arch: toy_mlp\nmodel: {kwargs: 5}\n")
     with pytest.raises(ConfigError) as err:
         load_config(str(tmp_path / "mine.yaml"))
-    assert str(err.value) == f"bad config key 'model.kwargs' in {tmp_path / 'mine.yaml'}: must be {KWARGS}, not 5"
+    assert str(err.value) == f"bad value for model.kwargs in {tmp_path / 'mine.yaml'}: must be {KWARGS}, not 5"
     (tmp_path / "mine.yaml").write_text("train: {epochs: many}\n")
     with pytest.raises(ConfigError) as err:
         load_config(str(tmp_path / "mine.yaml"), ["train.lr=0.1"])
     assert str(err.value) == \
-        f"bad config key 'train.epochs' in {tmp_path / 'mine.yaml'}: must be a whole number, not 'many'"
-    assert message(["train.epochs=many"]) == "bad config key 'train.epochs': must be a whole number, not 'many'"
+        f"bad value for train.epochs in {tmp_path / 'mine.yaml'}: must be a whole number, not 'many'"
+    assert message(["train.epochs=many"]) == "bad value for train.epochs: must be a whole number, not 'many'"
 
 
-NOT_A_DEVICE = "bad config key 'device': {} is not a device; choose auto, cpu, cuda, cuda:N or mps"
+NOT_A_DEVICE = "bad value for device: {} is not a device; choose auto, cpu, cuda, cuda:N or mps"
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu:1", "gpu0", "cuda:x", "5"])
@@ -241,25 +241,25 @@ def test_pick_device_refuses_a_device_this_machine_lacks(monkeypatch):
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("train.batch_size=1e23", "'train.batch_size': must be a whole number, not 1e+23"),
-    ("train.batch_size=2.5", "'train.batch_size': must be a whole number, not 2.5"),
+    ("train.batch_size=1e23", "train.batch_size: must be a whole number, not 1e+23"),
+    ("train.batch_size=2.5", "train.batch_size: must be a whole number, not 2.5"),
     ("train.batch_size=10000000000000000000000",
-     "'train.batch_size': must be a whole number from 1 to 1000000000, got 10000000000000000000000"),
-    ("train.epochs=1000000001", "'train.epochs': must be a whole number from 1 to 1000000000, got 1000000001"),
-    ("data.val_size=1e30", "'data.val_size': must be a whole number, not 1e+30"),
-    ("mcmc.warmup_steps=1.5", "'mcmc.warmup_steps': must be a whole number, not 1.5"),
-    ("train.lr=fast", "'train.lr': must be a number, not 'fast'"),
-    ("train.twin=maybe", "'train.twin': must be true or false, not 'maybe'"),
-    ("arch=[1, 2]", "'arch': must be a string, not [1, 2]"),
+     "train.batch_size: must be a whole number from 1 to 1000000000, got 10000000000000000000000"),
+    ("train.epochs=1000000001", "train.epochs: must be a whole number from 1 to 1000000000, got 1000000001"),
+    ("data.val_size=1e30", "data.val_size: must be a whole number, not 1e+30"),
+    ("mcmc.warmup_steps=1.5", "mcmc.warmup_steps: must be a whole number, not 1.5"),
+    ("train.lr=fast", "train.lr: must be a number, not 'fast'"),
+    ("train.twin=maybe", "train.twin: must be true or false, not 'maybe'"),
+    ("arch=[1, 2]", "arch: must be a string, not [1, 2]"),
 ])
 def test_numbers_must_be_of_the_key_s_kind_and_size(override, expected):
-    assert message([override]) == f"bad config key {expected}"
+    assert message([override]) == f"bad value for {expected}"
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1.5"])
 def test_stop_at_accuracy_lies_in_0_to_1(value):
     assert message([f"train.stop_at_accuracy={value}"]) == \
-        f"bad config key 'train.stop_at_accuracy': must lie in (0, 1], got {float(value)}"
+        f"bad value for train.stop_at_accuracy: must lie in (0, 1], got {float(value)}"
     assert make_config(None, ["train.stop_at_accuracy=1"]).train.stop_at_accuracy == 1
 
 
@@ -294,7 +294,7 @@ def test_interpolations_are_resolved_or_named():
     cfg = make_config(None, ["train.epochs=3", "train.twin_epochs=${train.epochs}"])
     assert cfg.train.twin_epochs == 3 and not OmegaConf.is_interpolation(cfg.train, "twin_epochs")
     assert message(["train.epochs=${nope}"]) == "bad config key 'train.epochs': Interpolation key 'nope' not found"
-    assert message(["train.epochs=${train.lr}"]) == "bad config key 'train.epochs': must be a whole number, not 0.001"
+    assert message(["train.epochs=${train.lr}"]) == "bad value for train.epochs: must be a whole number, not 0.001"
 
 
 @pytest.mark.slow
@@ -313,12 +313,12 @@ SHOWN = "'" + "x" * 59 + "..."  # the quoted value's first 60 characters
     (None, {"arch": HUGE}, (f"bad config key 'arch': unknown architecture {SHOWN}; "
                             "choose one of toy_mlp, mnist_mlp, lenet, table_mlp, or name a network factory as "
                             "package.module:factory")),
-    ([f"data.name={HUGE}"], None, (f"bad config key 'data.name': {SHOWN} does not suit toy_mlp; "
+    ([f"data.name={HUGE}"], None, (f"bad value for data.name: {SHOWN} does not suit toy_mlp; "
                                    "choose one of polynomial, sinusoid, tensors, csv")),
-    ([f"model.prior={HUGE}"], None, ("bad config key 'model.prior': choose gaussian or fan_in or scale_mixture, "
+    ([f"model.prior={HUGE}"], None, ("bad value for model.prior: choose gaussian or fan_in or scale_mixture, "
                                      f"not {SHOWN}")),
     ([f"device={HUGE}"], None, NOT_A_DEVICE.format(SHOWN)),
-    ([f"train.epochs={HUGE}"], None, f"bad config key 'train.epochs': must be a whole number, not {SHOWN}"),
+    ([f"train.epochs={HUGE}"], None, f"bad value for train.epochs: must be a whole number, not {SHOWN}"),
     ([f"train.{HUGE}=1"], None, f"bad config key 'train.{'x' * 53}...: Key {SHOWN} not in 'TrainConfig'"),
     (None, {"train": HUGE}, ("bad config section 'train': a mapping of its keys (for example train: {epochs: 10}), "
                              f"not {SHOWN}")),
@@ -376,14 +376,14 @@ def numeric_keys(cls=Config, prefix="", kinds=(int, float)):
 def test_every_numeric_key_refuses_non_finite_and_negative_values(key, value):
     section, _, name = key.rpartition(".")
     named = f"bad config section 'abstention': {name} " if section == "abstention" and name not in ("samples", "alpha") \
-        else f"bad config key {key!r}: "
+        else f"bad value for {key}: "
     assert message([f"{key}={value}"]).startswith(named)
 
 
 @pytest.mark.parametrize("key", list(numeric_keys(kinds=(int,))))
 @pytest.mark.parametrize("value", ["1e23", "10000000000000000000000"])
 def test_every_whole_number_key_refuses_huge_values(key, value):
-    assert message([f"{key}={value}"]).startswith(f"bad config key {key!r}: must be a whole number")
+    assert message([f"{key}={value}"]).startswith(f"bad value for {key}: must be a whole number")
 
 
 def test_a_renamed_key_given_under_both_its_names_is_refused(tmp_path):
@@ -404,3 +404,22 @@ def test_remaking_inputs_as_mnist_s_digits_is_for_mnist_runs():
         "bad config key 'data.remade': it reads inputs as MNIST's digits were made, and this run reads "
         "fashion_mnist: leave it out (data.remade=false)")
     assert make_config(None, ["arch=lenet", "data.remade=true"]).data.remade
+
+
+def test_a_bad_value_is_called_a_bad_value_and_says_what_is_allowed():
+    """Issue 51: train.lr=-0.001 read "bad config key 'train.lr'": the key is right, its value is not."""
+    assert message(["train.lr=-0.001"]) == "bad value for train.lr: must be a positive number, got -0.001"
+    assert message(["train.lr_schedule=linear"]) == \
+        "bad value for train.lr_schedule: choose constant or cosine or step, not 'linear'"
+    assert message(["train.lrr=0.1"]).startswith("bad config key 'train.lrr': Key 'lrr' not in 'TrainConfig'")
+
+
+@pytest.mark.parametrize("value, shown", [("2", "2"), ("1", "1"), ("0", "0"), ("nope", "'nope'"), ("null", "null")])
+def test_a_boolean_is_true_or_false_and_nothing_else(value, shown, tmp_path):
+    """Issue 51: data.remade=2 was read as true, where data.remade=nope was refused."""
+    assert message(["arch=lenet", f"data.remade={value}"]) == f"bad value for data.remade: must be true or false, not {shown}"
+    (tmp_path / "mine.yaml").write_text(f"arch: lenet\ndata: {{remade: {value}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "mine.yaml"))
+    assert str(err.value) == f"bad value for data.remade in {tmp_path / 'mine.yaml'}: must be true or false, not {shown}"
+    assert make_config(None, ["arch=lenet", "data.remade=true"]).data.remade is True

@@ -65,7 +65,7 @@ def test_a_recipe_s_augmentation_is_left_out_of_a_table_and_yours_refused(tmp_pa
     recipe.write_text("arch: table_mlp\naugment:\n  rotate: 10\n")
     assert load_config(str(recipe), [f"data.path={table}"]).augment.rotate is None
     assert capsys.readouterr().err == (f'note: {recipe} sets augment={{"rotate": 10}}, which fits mnist, fashion_mnist, '
-                                       "folder or tensors only; this run reads csv, so it is left out\n")
+                                       "folder or tensors of images only; this run reads csv, so it is left out\n")
     with pytest.raises(ConfigError, match=r"^bad config key 'augment': it transforms images, and this run reads csv"):
         resolved(load_config(str(recipe), [f"data.path={table}", "augment.rotate=5"]))
 
@@ -105,6 +105,47 @@ def test_outliers_fit_image_classifiers_only(tmp_path):
     with pytest.raises(ConfigError, match=r"^bad config key 'outliers': outliers are observed as 'no class', and "
                                           r"toy_mlp regresses \(no classes\): leave it out$"):
         resolved(load_config("toy_mlp", ["outliers.noise=0.1"]))
-    with pytest.raises(ConfigError, match=r"^bad config key 'outliers.weight': the term's weight, above 0"):
+    with pytest.raises(ConfigError, match=r"^bad value for outliers.weight: the term's weight, above 0"):
         resolved(load_config("lenet", ["outliers.noise=0.1", "outliers.weight=-1"]))
     assert resolved(load_config("lenet", ["outliers.noise=0.1"])).outliers.noise == 0.1
+
+
+@pytest.fixture
+def tensors(tmp_path):
+    """A tensors file of rows (a table) and one of images, each of two classes."""
+    import torch
+
+    torch.save({"x": torch.randn(40, 4), "y": torch.arange(40) % 2}, tmp_path / "rows.pt")
+    torch.save({"x": torch.randint(0, 255, (40, 8, 8), dtype=torch.uint8), "y": torch.arange(40) % 2},
+               tmp_path / "images.pt")
+    return tmp_path
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["data.name=tensors", "told by data.path"])
+def test_a_recipe_s_augmentation_is_left_out_of_a_tensors_file_of_rows_with_a_note(named, tensors, nothing_said,
+                                                                                   capsys):
+    """Issue 51: tensors of rows are a table, not images: a recipe's augment section is left out of
+    such a run, in a line, as data.remade is; a tensors file of images keeps it, in silence."""
+    given = [*(["data.name=tensors"] if named else []), "arch=mnist_mlp"]
+    cfg = load_config("lenet", [*given, f"data.path={tensors / 'rows.pt'}"])
+    assert cfg.augment.rotate is None and cfg.augment.p == 1.0
+    assert capsys.readouterr().err == (
+        'note: configs/lenet.yaml sets augment={"translate": 0.12, "scale": [0.65, 1.15], "rotate": 25, "shear": 25, '
+        '"stroke": 1, "ink": [0.4, 1.0], "background": 0.5, "p": 0.8}, which fits mnist, fashion_mnist, folder or '
+        "tensors of images only; this run reads tensors of rows, so it is left out\n")
+    assert load_config("lenet", [*given, f"data.path={tensors / 'images.pt'}"]).augment.rotate == 25
+    assert capsys.readouterr().err == ""
+
+
+def test_your_augmentation_of_a_tensors_file_of_rows_is_refused_before_the_run_folder(tensors, capsys):
+    """Issue 51: augment given on the command line for a .pt of rows was refused only once the run
+    folder held the run's config (the same command then met "holds a run already")."""
+    from bnn_zoo.cli.train import main
+
+    run = tensors / "run"
+    assert main(["table_classification", f"data.path={tensors / 'rows.pt'}", "augment.rotate=10", f"run_dir={run}",
+                 "train.progress=false", "device=cpu"]) == 2
+    assert capsys.readouterr().err == (
+        "error: bad config key 'augment': it transforms images [channels, height, width], and this run's inputs are "
+        "of shape [4] (rows of tensors: a table, not images): leave it out\n")
+    assert not run.exists()

@@ -128,13 +128,13 @@ BROKEN = {  # what a checkpoint.pt holds instead of its own -> what loading it s
     "NaN weight": (lambda s: next(iter(s["guide"].values())).fill_(float("nan")), r"non-finite numbers \(NaN or inf\) in guide"),
     "bad config": (lambda s: s["config"]["train"].update(lr=-1), "holds a config this bnn-zoo cannot use .*train.lr"),
     "kwargs a number": (lambda s: s["config"]["model"].update(kwargs=5),
-                        r"holds a config this bnn-zoo cannot use \(bad config key 'model.kwargs': must be a mapping"),
+                        r"holds a config this bnn-zoo cannot use \(bad value for model.kwargs: must be a mapping"),
     "kwargs a string": (lambda s: s["config"]["model"].update(kwargs="ab"),
-                        r"'model.kwargs': must be a mapping .*not 'ab'"),
+                        r"bad value for model.kwargs: must be a mapping .*not 'ab'"),
     "config model a list": (lambda s: s["config"].update(model=[1, 2]), r"section 'model': a mapping of its keys"),
     "config data a number": (lambda s: s["config"].update(data=3), r"section 'data': a mapping of its keys"),
     "a class name not printable": (lambda s: s["config"]["data"].update(classes=["a\x1b[2J", "b"]),
-                                   r"'data.classes': the class or column name 'a\\x1b\[2J' holds '\\x1b', a character"),
+                                   r"bad value for data.classes: the class or column name 'a\\x1b\[2J' holds '\\x1b', a character"),
 }
 
 

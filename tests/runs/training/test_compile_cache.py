@@ -197,3 +197,125 @@ def test_training_compiles_where_the_cache_path_holds_a_space(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"the compile cache folder {tmp_path / 'my cache'} has white space" in done.stdout
     assert "torch.compile failed" not in done.stdout + done.stderr
+
+
+# -- issue 51: the cache's whole path, and the check where torch reads it ---------------------------
+
+NOBODY = 65534  # "another user": the tests run as root, who can give a folder away (os.chown)
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root (os.chown)")
+PLANT = "import pathlib; pathlib.Path({!r}).touch()  # another user's line\n"
+
+
+def plant(place, marker) -> None:
+    """A cached graph's module in ``place`` that leaves ``marker`` where it runs."""
+    graph = place / "ab" / "cab.py"
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    graph.write_text(PLANT.format(str(marker)))
+
+
+def planted_cache(tmp_path, how: str):
+    """A cache folder, yours and 0700, holding code another user can change: through ``how``."""
+    if how == "a folder above it others can write":
+        above = tmp_path / "pub"
+        above.mkdir(mode=0o777)
+        above.chmod(0o777)
+        cache = above / "cache"
+        cache.mkdir(mode=0o700)
+        plant(cache, tmp_path / "ran")
+        return cache, (f"{above}, a folder above it, is writable by its group and others without the sticky bit "
+                       f"(mode 777)); it holds code that training runs: close it (chmod go-w {above}, or chmod +t "
+                       f"{above} as /tmp is), ")
+    cache, theirs = tmp_path / "cache", tmp_path / "theirs"
+    cache.mkdir(mode=0o700)
+    theirs.mkdir(mode=0o777)
+    theirs.chmod(0o777)
+    plant(theirs, tmp_path / "ran")
+    os.chown(theirs, NOBODY, -1)
+    (cache / "fxgraph").symlink_to(theirs)
+    return cache, (f"{cache / 'fxgraph'} is a symbolic link (to {theirs}), which compiled code is never kept in); it "
+                   f"holds code that training runs: remove it (rm {cache / 'fxgraph'}), ")
+
+
+@as_root
+@pytest.mark.parametrize("how", ["a folder above it others can write", "a link in it to another user's folder"])
+def test_a_cache_others_can_change_through_its_path_is_refused_before_the_run_folder(monkeypatch, tmp_path, capsys,
+                                                                                      how):
+    """Issue 51: BNN_ZOO_CACHE=PUB/cache, PUB writable by everyone without the sticky bit, or the
+    cache's generated-code folder a link to a folder another user owns and anyone writes: accepted,
+    and the other user's line ran in the training."""
+    cache, why = planted_cache(tmp_path, how)
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    run = tmp_path / "run"
+    assert main(["toy_mlp", f"run_dir={run}", "train.epochs=1", "train.progress=false", "device=cpu",
+                 "train.capture=compile"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: the compile cache {cache} is not yours alone ({why}name a folder of your own (BNN_ZOO_CACHE=DIR), "
+        "or train without it (train.compile_cache=false)"]
+    assert not run.exists() and not (tmp_path / "ran").exists()
+
+
+@as_root
+def test_a_cache_swapped_after_the_check_is_refused_where_torch_would_read_it(monkeypatch, tmp_path, capsys):
+    """Issue 51: the cache checked, then renamed away by another user and theirs moved into its
+    place: the compile checks it again, compiles nothing, and the refusal names the folder."""
+    import torch
+
+    from bnn_zoo.cli import train as command
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    begin, compiled = command._begin, []
+
+    def swapped(*args):  # the run folder made, the cache checked long before: now it is swapped
+        begin(*args)
+        cache.rename(tmp_path / "away")
+        cache.mkdir(mode=0o700)
+        plant(cache, tmp_path / "ran")
+        os.chown(cache, NOBODY, -1)
+
+    monkeypatch.setattr(command, "_begin", swapped)
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: compiled.append(1))
+    assert main(["toy_mlp", f"run_dir={tmp_path / 'run'}", "train.epochs=1", "train.progress=false", "device=cpu",
+                 "train.capture=compile", "train.twin=false"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: the compile cache {cache} is not yours alone ({cache} belongs to another user (uid {NOBODY})); it holds "
+        "code that training runs: name a folder of your own (BNN_ZOO_CACHE=DIR), or train without it "
+        "(train.compile_cache=false)"]
+    assert compiled == [] and not (tmp_path / "ran").exists()
+
+
+# the run of compiled_run, its cache swapped for PLANTED (another user's) once the run folder is made
+SWAPPING = ("import os, sys; from bnn_zoo.cli import train as t; begin = t._begin; cache = os.environ['BNN_ZOO_CACHE']\n"
+            "def swapped(*args):\n    begin(*args); os.rename(cache, cache + '.away'); os.rename(sys.argv[1], cache)\n"
+            "t._begin = swapped; sys.exit(t.main(sys.argv[2:]))")
+
+
+@as_root
+@pytest.mark.slow  # two processes that compile and one refused: about a minute on two cores
+def test_code_planted_in_a_warm_cache_runs_where_it_is_yours_and_not_where_it_was_swapped_in(tmp_path):
+    """The plant is real: a line added to every cached module of a warm cache runs in the next
+    training where the folder is yours (you wrote it); the same folder another user's, swapped in
+    after the check, is refused at the compile and its line never runs."""
+    compiled_run(tmp_path, "first")
+    cache, marker = tmp_path / "cache", tmp_path / "ran"
+    modules = [p for p in cache.rglob("*.py") if "bnn_zoo_steps" not in p.parts]
+    assert modules
+    for module in modules:
+        module.write_text(module.read_text() + "\n" + PLANT.format(str(marker)))
+    compiled_run(tmp_path, "yours", "seed=1")
+    assert marker.exists()  # the cached code ran: a folder others could change would run theirs
+    marker.unlink()
+    planted = tmp_path / "planted"
+    os.rename(cache, planted)
+    cache.mkdir(mode=0o700)  # the cache as checked: yours alone, empty
+    for path in [planted, *planted.rglob("*")]:
+        os.lchown(path, NOBODY, -1)
+    done = subprocess.run([sys.executable, "-c", SWAPPING, str(planted), "toy_mlp", f"run_dir={tmp_path / 'swapped'}",
+                           "device=cpu", "train.epochs=2", "train.capture=compile", "train.progress=false",
+                           "train.twin=false", "train.test_samples=4", "seed=2"],
+                          capture_output=True, text=True, env={**os.environ, CACHE_ENV: str(cache)})
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: the compile cache {cache} is not yours alone ({cache} belongs to another user (uid {NOBODY})); it holds "
+        "code that training runs: name a folder of your own (BNN_ZOO_CACHE=DIR), or train without it "
+        "(train.compile_cache=false)"], done.stderr[-2000:]
+    assert not marker.exists()

@@ -32,7 +32,8 @@ def test_the_default_threads_follow_the_step_s_work(name, batch, threads):
     chosen, why = step_threads(None, net, shape, batch, CPU)
     assert chosen == threads and (step_flops(net, shape, batch) < PAYS_FROM) == (threads == 1)
     assert why.startswith("1 CPU thread (train.threads=null: a step's forward pass is 0.031 million FLOPs" if threads
-                          else f"{torch.get_num_threads()} CPU threads, torch's own (train.threads=null")
+                          else f"{torch.get_num_threads()} CPU thread{'s' * (torch.get_num_threads() > 1)}, torch's own "
+                          "(train.threads=null")
     assert step_threads(2, net, shape, batch, CPU) == (2, "2 CPU threads (train.threads)")
 
 
@@ -49,3 +50,40 @@ def test_the_toy_run_trains_on_one_thread_and_says_so(tmp_path, monkeypatch, cap
     assert set_to[:2] == [1, before] and set_to.count(1) == 2  # each phase on one thread, then torch's own again
     assert "; 1 CPU thread (train.threads=null: a step's forward pass is 0.031 million FLOPs, under the 10 million " \
            "from which a second pays)\n" in capsys.readouterr().out
+
+
+def test_the_log_advises_one_thread_only_where_torch_s_own_choice_is_more():
+    """Issue 51: on one thread already (one core, OMP_NUM_THREADS=1) the log said "1 CPU threads,
+    torch's own (...; on a shared machine train.threads=1)"."""
+    net, shape, batch = _plain("mnist_mlp")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert step_threads(None, net, shape, batch, CPU) == (
+            None, "1 CPU thread, torch's own (train.threads=null: a step's forward pass is 122 million FLOPs)")
+        torch.set_num_threads(2)
+        assert step_threads(None, net, shape, batch, CPU)[1] == (
+            "2 CPU threads, torch's own (train.threads=null: a step's forward pass is 122 million FLOPs; on a shared "
+            "machine train.threads=1)")
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [3, 1000, 10 ** 9])
+def test_more_threads_than_the_process_has_cores_are_refused_before_the_run_folder(tmp_path, monkeypatch, capsys,
+                                                                                  threads):
+    """Issue 51: train.threads=1000000000 ran the OpenMP runtime out of memory after the run folder
+    was made (then the corrected command was refused: the folder held a run); 1000 on two cores
+    trained 94 times slower without a word."""
+    from bnn_zoo.cli.train import main
+    from bnn_zoo.runs.plans import checks
+
+    monkeypatch.setattr(checks.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    run = tmp_path / "run"
+    assert main(["toy_mlp", f"run_dir={run}", f"train.threads={threads}", "train.epochs=1", "train.progress=false"]) == 2
+    assert capsys.readouterr().err == (f"error: bad value for train.threads: {threads} CPU threads, and this process "
+                                       "has 2 CPU cores: give at most train.threads=2, or train.threads=null (chosen "
+                                       "from a step's work)\n")
+    assert not run.exists()
+    assert checks.cores() == 2
+    checks.check_threads(2)  # as many as it has: trained
