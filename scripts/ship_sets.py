@@ -52,6 +52,7 @@ def ship_sets(name: str, data_root: str | None = None, seed: int = 0) -> dict:
             state["calibration"][part] = entry
         else:
             state["calibration"].setdefault(part, {}).update(sets=entry["sets"])
+            state["calibration"][part].pop("alarm", None)  # the entropy reference no alarm reads since fc66f38
     save_atomic({**state, "config": portable(state["config"])}, path)
     trained = load(name)
     with seeded(seed):

@@ -216,6 +216,7 @@ def test_shipped_posteriors_load_by_name_and_classify(name, shared_data):
             assert c["validation"]["p_value"] <= c["validation"]["level"] == c["delta"] / cuts
             assert c["validation"]["risk"] <= c["risk"] and c["validation"]["size"] == 5000
             assert (part in trained.densities) == density  # a density gate ships with its density
+        assert not any("alarm" in entry for entry in trained.calibration.values())  # no dead reference (fc66f38)
         images, labels = load_torchvision(SHIPPED_DATA[name], str(shared_data), train=False, download=False)
         probs = posteriors(trained)["bayes"].predict(normalize(images[:300]), 20)  # an ensemble's mixture
     decision = trained.rules["bayes"](probs)
