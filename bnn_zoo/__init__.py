@@ -13,7 +13,7 @@ Usage::
     probs = bnn_zoo.predict(model, guide, x, num_samples=100)   # one guide (or weight samples)
     trained.alarm("bayes").observe(probs).describe()            # do these inputs still look certified-like?
     trained.stream("bayes").decide(probs).decision.refused      # after the alarm, the after-alarm rule too
-    print(bnn_zoo.against_hmc(model, guide, reference="mnist_mlp_hmc"))   # how far from HMC, beside its chains' floor
+    print(bnn_zoo.against_hmc(model, guide, reference="toy_mlp_hmc"))   # a toy_mlp pair: how far from HMC
 """
 from importlib.metadata import PackageNotFoundError, version
 
@@ -51,6 +51,6 @@ except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
-           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "ShiftAlarm", "TraceKL_ELBO", "Trained",
-           "Twin", "against_hmc", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
-           "make_prior", "make_twin", "posteriors", "predict"]
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "ShiftAlarm", "TraceKL_ELBO",
+           "Trained", "Twin", "against_hmc", "bayesian", "build", "calibrate_sets", "fit_temperature", "load",
+           "make_guide", "make_net", "make_prior", "make_twin", "posteriors", "predict"]

@@ -70,7 +70,8 @@ def set_distance(reference: Reference, name: str, outputs: torch.Tensor, seed: i
     """How far predictive samples ``outputs`` on set ``name``'s inputs (its first N, where N is fewer)
     are from the reference: [S, N, C] class probabilities, or a regression's [S, N, 2] (mean, noise
     sd: as many draws of y from their mixture as the reference holds, from ``seed``) or [D, N] draws of y."""
-    hmc, floor = reference.predictive[name], reference.floor(name)
+    floor = reference.floor(name)  # a set the reference does not hold refused here, naming those it holds
+    hmc = reference.predictive[name]
     outputs = outputs.detach().cpu()
     if reference.regression:
         draws = predictive_draws(outputs, len(hmc), seed) if outputs.dim() == 3 else outputs
@@ -91,7 +92,7 @@ def set_distance(reference: Reference, name: str, outputs: torch.Tensor, seed: i
 Scored = Union[torch.Tensor, dict, Posterior, torch.nn.Module]
 
 
-def against_hmc(predictive: Scored, guide=None, reference: Union[str, Path, Reference] = "mnist_mlp_hmc",
+def against_hmc(predictive: Scored, guide=None, *, reference: Union[str, Path, Reference],
                 sets: Optional[tuple[str, ...]] = None, num_samples: int = 100, data_root: Optional[str] = None,
                 seed: int = 0) -> HMCDistance:
     """How far a posterior predictive is from an HMC reference (a shipped name, the path of a .npz
@@ -108,6 +109,9 @@ def against_hmc(predictive: Scored, guide=None, reference: Union[str, Path, Refe
     """
     reference = reference if isinstance(reference, Reference) else Reference.read(reference)
     if isinstance(predictive, torch.Tensor):
+        if sets is not None and len(sets) != 1:
+            raise ValueError(f"one tensor of predictive samples scores one set, not {len(sets)}: pass a dict "
+                             "{set: samples}, or sets=(NAME,)")
         predictive = {(sets or ("test",))[0]: predictive}
     if isinstance(predictive, dict):
         return HMCDistance(reference.name, {name: set_distance(reference, name, outputs, seed)

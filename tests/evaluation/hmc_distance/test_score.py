@@ -61,6 +61,15 @@ def test_predictive_samples_that_cannot_be_scored_are_refused_in_one_line(output
         against_hmc(outputs, reference=hand_made()[0])
 
 
+def test_predictive_samples_of_a_set_the_reference_lacks_or_of_several_sets_are_refused():
+    reference, samples = hand_made()
+    with pytest.raises(ValueError, match="holds no set 'fog'; its sets: test"):
+        against_hmc({"fog": samples}, reference=reference)
+    with pytest.raises(ValueError, match="one tensor of predictive samples scores one set, not 2"):
+        against_hmc(samples, reference=reference, sets=("test", "fog"))
+    assert against_hmc(samples, reference=reference, sets=("test",))["test"].inputs == 300
+
+
 def test_a_prefix_of_the_inputs_is_scored_against_the_same_prefix():
     reference, samples = hand_made()
     found = against_hmc(samples[:, :40], reference=reference)["test"]
