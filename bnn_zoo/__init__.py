@@ -13,6 +13,7 @@ Usage::
     probs = bnn_zoo.predict(model, guide, x, num_samples=100)   # one guide (or weight samples)
     trained.alarm("bayes").observe(probs, inputs=x).describe()  # do these inputs still look certified-like?
     trained.stream("bayes").decide(probs, inputs=x).decision.refused   # after the alarm, the after-alarm rule too
+    print(bnn_zoo.against_hmc(model, guide, reference="toy_mlp_hmc"))   # a toy_mlp pair: how far from HMC
 """
 from importlib.metadata import PackageNotFoundError, version
 
@@ -28,6 +29,7 @@ from .core.inference.predictive import predict  # bnn_zoo/predict.py is the comm
 from .core.networks.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
 from .core.networks.reparam import LocalReparameterization
 from .core.networks.twin import Twin
+from .evaluation.hmc_distance.score import against_hmc
 from .runs.storage.loading import load
 from .runs.storage.trained import Trained, posteriors
 
@@ -49,6 +51,6 @@ except PackageNotFoundError:  # the source tree, not installed
     __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
-           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "ShiftAlarm", "TraceKL_ELBO", "Trained",
-           "Twin", "bayesian", "build", "calibrate_sets", "fit_temperature", "load", "make_guide", "make_net",
-           "make_prior", "make_twin", "posteriors", "predict"]
+           "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "ShiftAlarm", "TraceKL_ELBO",
+           "Trained", "Twin", "against_hmc", "bayesian", "build", "calibrate_sets", "fit_temperature", "load",
+           "make_guide", "make_net", "make_prior", "make_twin", "posteriors", "predict"]

@@ -26,7 +26,7 @@ DOCS = Path(__file__).resolve().parent
 RUN = re.compile(r"^<!-- run: (\S+\.py) -->$", re.M)
 TUTORIAL_TIMEOUT = 1800  # seconds: a hanging tutorial fails the build instead of hanging it
 COMMAND: dict = {}  # mkdocs' command: build (runs the tutorials) or serve (shows their source)
-RESULTS = re.compile(r"^<!-- (scoreboard|peers|ddp|tables): (\S+\.json) -->$", re.M)
+RESULTS = re.compile(r"^<!-- (scoreboard|peers|ddp|tables|hmc_distance): (\S+\.json) -->$", re.M)
 
 
 def _commit() -> str:
@@ -102,7 +102,21 @@ def _results(kind: str, name: str) -> str:
     """A measurement's figures drawn from the JSON its command wrote, with the command and commit."""
     data = json.loads((DOCS / "results" / name).read_text())
     head = f"`{data['command']}` at commit {data['commit']} ({data['machine']}):\n\n"
-    return head + {"scoreboard": _scoreboard, "peers": _peers, "ddp": _ddp, "tables": _tables}[kind](data)
+    return head + {"scoreboard": _scoreboard, "peers": _peers, "ddp": _ddp, "tables": _tables,
+                   "hmc_distance": _hmc_distance}[kind](data)
+
+
+def _hmc_distance(data: dict) -> str:
+    """Each problem's table of the ladder's distance to its HMC reference (scripts/distance_to_hmc.py),
+    with the reference's chains, their R-hat and their seconds."""
+    parts = []
+    for name, problem in data["problems"].items():
+        recipe = problem["recipe"]
+        r_hat = ", ".join(f"{s} {d['max_r_hat']:.2f}" for s, d in recipe["sets"].items())
+        parts.append(f"**{name}** against `{problem['reference']}` ({len(recipe['chains'])} NUTS chains of "
+                     f"{recipe['num_samples']} samples after {recipe['warmup_steps']}, {recipe['seconds']:.0f} s on "
+                     f"{recipe['built']['machine']}; the predictive's largest R-hat: {r_hat}):\n\n{problem['table']}\n")
+    return "\n".join(parts)
 
 
 def _scoreboard(data: dict) -> str:

@@ -155,6 +155,13 @@ RUN = [
     ("python scripts/scoreboard.py DIR --ood-size 5000 --near-size 1000", {"DIR": "runs/lenet"}, BOARD),
     ("python scripts/scoreboard.py RUN --ood-size 2000 --near-size 2000", {"RUN": "runs/lenet"}, BOARD),
     ("python scripts/alarm_rates.py lenet", {}, "--streams 2 --length 50 --orders 1 --samples 3"),
+    # the ladder against HMC: the toy references that ship, a tiny MNIST reference built and scored against
+    ("python scripts/distance_to_hmc.py toy_mlp toy_sinusoid --json docs/results/hmc_distance.json", {},
+     "--samples 8 --size 20 --runs distance --override train.epochs=20"),
+    ("python scripts/hmc_reference.py mnist_mlp_hmc", {}, "--chains 2 --samples 4 --warmup 4 --tree-depth 2 --test-size 40 "
+                                                         "--ood-size 20 --shift-size 20 --override data.train_limit=900"),
+    ("python scripts/distance_to_hmc.py mnist_mlp_hmc --references .", {},
+     f"--samples 8 --size 20 --runs distance --override {IMAGES} data.train_limit=900"),  # SG-MCMC's least
     # your own data: a folder of images, a table, a network of your own
     ("python -m bnn_zoo.train lenet data.name=folder data.path=my_pngs abstention.risk=0.05 run_dir=runs/mine", {}, OWN),
     ("python -m bnn_zoo.evaluate runs/mine --ood mine=my_letters", {}, EVALUATE),
@@ -241,6 +248,13 @@ NOT_RUN = {
     "python scripts/ship_sets.py mnist_mlp lenet_fashion --after-alarm-only": "rewrites the shipped posteriors",
     "python scripts/ship_posterior.py RUN lenet": "rewrites the posteriors shipped inside the package (tests/test_scripts.py)",
     "python scripts/ship_sets.py lenet --recertify": "rewrites the shipped posteriors (tests/test_scripts.py)",
+    "python scripts/hmc_reference.py toy_mlp --chains 4 --samples 200 --warmup 200 --tree-depth 7 --out "
+    "bnn_zoo/shipped/toy_mlp_hmc.npz": "rewrites a reference shipped inside the package, 4 chains for minutes "
+                                       "(python scripts/hmc_reference.py mnist_mlp_hmc runs here at a tiny size)",
+    "python scripts/hmc_reference.py toy_sinusoid --chains 4 --samples 400 --warmup 300 --tree-depth 6 --out "
+    "bnn_zoo/shipped/toy_sinusoid_hmc.npz": "rewrites a reference shipped inside the package (as above)",
+    "python scripts/distance_to_hmc.py mnist_mlp_hmc": "says in one line that mnist_mlp_hmc's reference has not shipped "
+                                                       "(tests/test_scripts.py checks the line for a missing reference)",
     "curl --data-binary @bnn_zoo/shipped/seven.png http://127.0.0.1:8000/api/answer":
         "asks a running server (python -m bnn_zoo.serve); tests/page/test_page.py sends the same body to the app",
     'curl -F file=@bnn_zoo/shipped/seven.png "http://127.0.0.1:8000/api/answer?samples=200"':

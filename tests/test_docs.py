@@ -105,3 +105,18 @@ def test_a_failing_tutorial_fails_the_build_with_its_words(hooks, tmp_path):
     (tmp_path / "tutorials" / "broken.py").write_text("raise SystemExit('the data is missing')\n")
     with pytest.raises(PluginError, match=r"^tutorial broken.py failed \(exit code 1\):\nthe data is missing"):
         hooks.on_page_markdown("<!-- run: broken.py -->\n")
+
+
+def test_the_results_page_draws_the_distance_to_hmc_from_its_json(hooks, tmp_path):
+    import json
+
+    recipe = {"chains": [{}, {}, {}, {}], "num_samples": 400, "warmup_steps": 300, "seconds": 512.4,
+              "built": {"machine": "2 CPU cores"}, "sets": {"test": {"max_r_hat": 1.031}, "beyond": {"max_r_hat": 1.5}}}
+    data = {"command": "python scripts/distance_to_hmc.py toy_sinusoid", "commit": "abc1234", "machine": "2 CPU cores",
+            "problems": {"toy_sinusoid": {"reference": "toy_sinusoid_hmc", "recipe": recipe, "table": "| a |\n| --- |"}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "distance.json").write_text(json.dumps(data))
+    assert hooks.on_page_markdown("<!-- hmc_distance: distance.json -->\n") == (
+        "`python scripts/distance_to_hmc.py toy_sinusoid` at commit abc1234 (2 CPU cores):\n\n**toy_sinusoid** against "
+        "`toy_sinusoid_hmc` (4 NUTS chains of 400 samples after 300, 512 s on 2 CPU cores; the predictive's largest "
+        "R-hat: test 1.03, beyond 1.50):\n\n| a |\n| --- |\n\n")

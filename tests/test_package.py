@@ -45,6 +45,7 @@ ENTRIES = ("__init__", "train", "predict", "evaluate", "certify", "calibrate", "
 # The rooms of a layer split by idea, and the rooms each may import (``core.errors`` is the ground floor)
 ROOMS = {"core.networks": (), "core.fast": (), "core.inference": ("core.networks", "core.fast"),
          "data.shifted": (), "evaluation.figures": (), "evaluation.scoreboard": ("evaluation.figures",),
+         "evaluation.hmc_distance": (),
          "runs.plans": (), "runs.storage": ("runs.plans",), "runs.training": ("runs.plans", "runs.storage")}
 
 

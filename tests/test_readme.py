@@ -27,6 +27,23 @@ def test_the_pyro_guide_s_example_runs_as_written(capsys):
     assert float(error.removeprefix("tensor(").rstrip(")")) < 0.5  # the NUTS predictive fits y = x^3 / 4
 
 
+@pytest.mark.slow  # a thousand SVI steps: seconds
+def test_the_pyro_guide_s_distance_to_hmc_runs_as_written(capsys):
+    """The guide scored against the shipped toy reference in a few lines: W1 on each of its sets,
+    beside the chains' floor, and how many times the floor beyond the data."""
+    from bnn_zoo.evaluation.hmc_distance.reference import Reference
+
+    example = next(b for b in python_blocks(ROOT / "docs" / "guides" / "pyro.md") if "against_hmc" in b)
+    exec(compile(example, "pyro.md", "exec"), {})
+    *lines, times = capsys.readouterr().out.strip().splitlines()
+    reference = Reference.read("toy_mlp_hmc")
+    assert [line.split(" (")[0] for line in lines] == [f"toy_mlp_hmc {name}" for name in reference.sets]
+    for line, name in zip(lines, reference.sets):
+        w1, floor = re.fullmatch(rf"toy_mlp_hmc {name} \(200 inputs\): W1 (\S+) \(\S+x the chains' (\S+)\)", line).groups()
+        assert 0 < float(w1) < 100 and float(floor) == pytest.approx(reference.floor(name)["w1"], abs=1e-4)
+    assert float(times) == pytest.approx(float(w1) / reference.floor("beyond")["w1"], rel=1e-3)
+
+
 def _needs_mnist(block: str) -> None:
     """Skip where a block reads MNIST ($BNN_ZOO_DATA, as a user's shell has it) and this machine has none."""
     if "load_torchvision" in block and not (SHARED_DATA / "MNIST" / "raw").is_dir():

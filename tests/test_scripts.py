@@ -755,3 +755,56 @@ def test_augment_cost_times_each_epoch_s_augmentation_of_each_minibatch_with_its
     with pytest.raises(SystemExit):
         script.main(["--arch", "mnist_mlp"])
     assert "error: mnist_mlp declares no augmentation (its augment section turns nothing on)" in capsys.readouterr().err
+
+
+def test_distance_to_hmc_refuses_a_missing_reference_before_any_training(tmp_path, capsys):
+    script = load_script("distance_to_hmc")
+    assert script.main(["toy_mlp", "--references", str(tmp_path), "--runs", str(tmp_path / "runs")]) == 2
+    path = tmp_path / "toy_mlp_hmc.npz"
+    assert capsys.readouterr().err.strip() == (f"error: no HMC reference at {path}: build one there with python "
+                                               f"scripts/hmc_reference.py CONFIG --out {path}")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_hmc_reference_refuses_its_output_before_the_chains(tmp_path, capsys):
+    assert load_script("hmc_reference").main(["toy_mlp", "--out", str(tmp_path / "nowhere" / "r.npz")]) == 2
+    assert "folder" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.slow
+def test_a_tiny_mnist_reference_is_built_and_the_ladder_scored_against_it(shared_data, tmp_path, capsys):
+    """The reduced MNIST MLP's reference as it is built, at a tiny size (2 chains of 4 samples on 900
+    images: SG-MCMC's cycles need 897), then every rung trained on the same network and data and
+    scored against it."""
+    from bnn_zoo.evaluation.hmc_distance.ladder import PROBLEMS
+    from bnn_zoo.evaluation.hmc_distance.reference import Reference
+
+    out = tmp_path / "mnist_mlp_hmc.npz"
+    assert load_script("hmc_reference").main(
+        ["mnist_mlp_hmc", "--chains", "2", "--samples", "4", "--warmup", "4", "--tree-depth", "2", "--test-size", "40",
+         "--ood-size", "20", "--shift-size", "20", "--data-root", str(shared_data), "--out", str(out),
+         "--override", "data.train_limit=900"]) == 0
+    reference = Reference.read(out)
+    printed = capsys.readouterr().out
+    assert f"{out}: {out.stat().st_size / 1e6:.2f} MB" in printed and out.stat().st_size < 1e6
+    assert reference.sets == ["test", "notmnist", "fog"] and len(reference.recipe["chains"]) == 2
+    assert reference.recipe["config"]["data"]["train_limit"] == 900 and reference.recipe["num_samples"] == 4
+    for name in reference.sets:
+        r_hat = reference.recipe["sets"][name]["max_r_hat"]
+        assert f"  {name}: {len(reference.predictive[name])} inputs, predictive R-hat <= {r_hat:.3f}" in printed
+    report = tmp_path / "distance.json"
+    limits = ["data.train_limit=900", "data.val_size=100", "train.epochs=1", "train.test_samples=8",
+              "train.val_samples=2", "abstention.samples=8", "train.twin_epochs=1"]  # 8: a sample of each member
+    assert load_script("distance_to_hmc").main(
+        ["mnist_mlp_hmc", "--references", str(tmp_path), "--runs", str(tmp_path / "runs"), "--samples", "5",
+         "--size", "30", "--data-root", str(shared_data), "--json", str(report), "--override", *limits]) == 0
+    table = capsys.readouterr().out.split("\n\n")[-1].strip().splitlines()
+    rows = json.loads(report.read_text())["problems"]["mnist_mlp_hmc"]["rows"]
+    labels = {row["label"] for row in rows}
+    assert {"mean-field VI", "deep ensemble of 5 twins", "low-rank VI (rank 10)", "MC dropout (p = 0.5)"} <= labels
+    assert any(label.startswith("ensemble of 5 SWAG") for label in labels)
+    assert len(table) == 3 + len(rows) and table[2].startswith("| HMC, 2 chains (distances: chain to chain) |")
+    for row, line in zip(rows, table[3:]):
+        test = row["sets"]["test"]
+        assert test["inputs"] == 30 and line.split(" | ")[5] == f"{test['total_variation']:.4f} ({test['times_floor']:.1f}x)"
+    assert [run for run in PROBLEMS["mnist_mlp_hmc"].runs] == ["ladder", "ensemble", "lowrank"]

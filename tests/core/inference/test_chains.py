@@ -1,0 +1,61 @@
+"""Several NUTS chains, each from its own initialization and seed, and the R-hat and effective sample
+size of a predictive quantity over them."""
+import pytest
+import torch
+
+from bnn_zoo import build, predict
+from bnn_zoo.core.inference.chains import fresh_start, nuts_chains, predictive_convergence
+
+
+def _toy():
+    x = torch.tensor([[-2.0], [-1.0], [1.0], [2.0]])
+    return x, x[:, 0] ** 3 / 4
+
+
+def test_each_fresh_start_is_the_plain_network_s_initialization_under_its_seed():
+    model, _ = build("toy_mlp", num_data=4, hidden=[4])
+    first, again, other = fresh_start(model, 1), fresh_start(model, 1), fresh_start(model, 2)
+    assert set(first) == set(model.init_values)
+    for site, value in model.init_values.items():
+        assert value.shape == first[site].shape and torch.equal(first[site], again[site])
+        assert not torch.equal(first[site], value) and not torch.equal(first[site], other[site])
+    bound = 1 / model.weight_shapes["layers.3.weight"][1] ** 0.5  # nn.Linear's: uniform within 1 / sqrt(fan_in)
+    assert first["net.layers.3.weight"].abs().max() <= bound
+
+
+def test_chains_start_apart_are_seeded_and_leave_the_caller_s_streams_alone():
+    model, _ = build("toy_mlp", num_data=4, hidden=[4])
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    runs = [nuts_chains(model, *_toy(), chains=2, num_samples=4, warmup_steps=4, max_tree_depth=3, seed=7)
+            for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), before)
+    first, second = runs
+    assert [run.seed for run in first.runs] == [7, 8] and first.num_samples == 4
+    for site in first.samples[0]:
+        assert first.samples[0][site].shape == (4, *model.sampled[site[len("net."):]])
+        assert all(torch.equal(a[site], b[site]) for a, b in zip(first.samples, second.samples))
+        assert not torch.equal(first.samples[0][site], first.samples[1][site])
+    assert first.pooled()["net.layers.1.weight"].shape == (8, 4, 1)
+    assert predict(model, first.pooled(), _toy()[0], None).shape == (8, 4, 2)
+
+
+def test_predictive_r_hat_is_near_one_where_chains_agree_and_large_where_they_do_not():
+    g = torch.Generator().manual_seed(0)
+    agree = torch.randn(4, 500, 3, 2, generator=g)  # four chains, 500 draws of one distribution
+    r_hat, ess = predictive_convergence(agree)
+    assert r_hat < 1.01 and ess > 1000
+    apart = agree + torch.arange(4.0)[:, None, None, None]  # each chain about its own mean
+    assert predictive_convergence(apart)[0] > 1.5
+    stuck = torch.zeros(2, 8, 1)
+    stuck[1] = 1.0  # each chain at a value of its own: no within-chain spread at all
+    assert predictive_convergence(stuck)[0] == float("inf")
+
+
+def test_entries_at_one_value_everywhere_are_left_out_of_r_hat():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.cat([torch.randn(4, 200, 5, 1, generator=g), torch.zeros(4, 200, 5, 1)], -1)
+    assert predictive_convergence(probs) == predictive_convergence(probs[..., :1])
+    assert predictive_convergence(torch.zeros(4, 8, 3)) == (1.0, float("inf"))
+    with pytest.raises(ValueError, match="two halves"):
+        predictive_convergence(torch.zeros(4, 3, 2))
