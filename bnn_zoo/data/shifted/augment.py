@@ -33,7 +33,8 @@ import torch.nn.functional as F
 
 from ...core.errors import DataError
 from ..config import DataConfig
-from ..sets import MNIST_MEAN, MNIST_STD, profile_of
+from ..sets import profile_of
+from .pixels import OnPixels, moved
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,9 @@ def covered(section: Optional[AugmentConfig]) -> tuple[str, ...]:
     return tuple(name for key in section.active for name in COVERS[key])
 
 
-class Augment:
-    """A callable that augments normalized images [N, C, H, W] as ``config`` declares; ``mean`` and
-    ``std`` (per channel, or one for all) bring them to pixels and back; ``seed`` seeds its draws."""
-
-    def __init__(self, config: AugmentConfig, mean, std, seed: int = 0):
-        self.config, self.seed = config, seed
-        self.mean = torch.as_tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self.std = torch.as_tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+class Augment(OnPixels):
+    """A callable that augments normalized images [N, C, H, W] as ``config`` declares (``OnPixels``:
+    the run's mean and sd, the epoch's generator)."""
 
     @classmethod
     def of(cls, config: AugmentConfig, data: DataConfig, seed: int) -> Optional["Augment"]:
@@ -133,12 +129,7 @@ class Augment:
             return None
         if (trouble := misfit(config, data)) is not None:
             raise DataError(f"the augment section {trouble}")
-        found = profile_of(data)
-        return cls(config, *((MNIST_MEAN, MNIST_STD) if found is None else (found.mean, found.std)), seed)
-
-    def generator(self, epoch: int) -> torch.Generator:
-        """The draws of epoch ``epoch``, on the CPU whatever the data's device: alike wherever (seed, epoch) is."""
-        return torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2 ** 63)
+        return cls.for_data(config, data, seed)
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         n = len(x)
@@ -146,8 +137,8 @@ class Augment:
         widths = [value.shape[1:].numel() for value in drawn.values()]
         table = torch.cat([value.reshape(n, width) for value, width in zip(drawn.values(), widths)], 1)
         at = {key: part.reshape(drawn[key].shape)  # on x's device, in one copy
-              for key, part in zip(drawn, _moved(table, x.device).split(widths, 1))}
-        mean, std = (_moved(value, x.device).to(x.dtype) for value in (self.mean, self.std))
+              for key, part in zip(drawn, moved(table, x.device).split(widths, 1))}
+        mean, std = self.statistics(x.device, x.dtype)
         out = x * std + mean  # pixels
         if "rows" in at:  # one sampling grid for the batch: F.affine_grid's, by broadcasting (_grid_terms)
             out = F.grid_sample(out, (at["rows"] + at["cols"]).permute(0, 2, 3, 1), mode="bilinear",
@@ -159,7 +150,7 @@ class Augment:
         if normals is None:  # ink and background, then normalized again: one product and one sum
             out = out * (at["gain"] / std) + (at["offset"] - mean) / std
         else:
-            out = (out * at["gain"] + at["offset"] + at["noise"] * _moved(normals, x.device)).clamp(0, 1)
+            out = (out * at["gain"] + at["offset"] + at["noise"] * moved(normals, x.device)).clamp(0, 1)
             out = (out - mean) / std
         return torch.where(at["chosen"] > 0, out, x)  # the others exactly as they came
 
@@ -195,14 +186,6 @@ def _draws(c: AugmentConfig, shape, generator: torch.Generator, dtype) -> tuple[
         drawn["noise"] = u["noise"]
     drawn["chosen"] = chosen.to(dtype)
     return {key: value.view(n, 1, 1, 1) if value.dim() == 1 else value for key, value in drawn.items()}, normals
-
-
-def _moved(value: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``value``, on the CPU, on ``device`` without waiting there: to a GPU from pinned memory (the
-    caching host allocator's, kept until the copy is done), in the stream's order."""
-    if device.type == "cuda":
-        value = value.pin_memory()
-    return value.to(device, non_blocking=True)
 
 
 def _either(bound: Optional[float]) -> Optional[tuple[float, float]]:

@@ -17,15 +17,17 @@ share of a minibatch (null: that kind off) and the term's weight:
   the half side at each point of a 4 x 4 grid, drawn uniformly, spread bilinearly over the image
 
 Each works on pixels of the minibatch as training reads it, augmented where the run augments (the
-normalized images brought back to 0..1 by the run's mean and sd, then normalized again), and draws from a generator seeded by (seed, epoch) on the data's device, a stream
-apart from augmentation's, so a resumed run and every rank of a DDP run make the same outliers.
+normalized images brought back to 0..1 by the run's mean and sd, then normalized again), and draws
+from a generator seeded by (seed, epoch) on the CPU, a stream apart from augmentation's; they are
+made there and moved to the batch's device in one copy, so a resumed run, every rank of a DDP run
+and a GPU run make the same outliers.
 ``COVERS`` says which of the scoreboard's OOD sets (``bnn_zoo.data.shifted.ood_sets``) each kind
 shows in training, made the same way: those are reported apart, as seen in training.
 
 Usage::
 
     outliers = Outliers.of(OutliersConfig(noise=0.25, mixed=0.25), plan.data, seed=0)  # None where none is on
-    xo = outliers(xb, yb, outliers.generator(epoch, xb.device))   # normalized [M, C, H, W]: M = 64 of 128
+    xo = outliers(xb, yb, outliers.generator(epoch))   # normalized [M, C, H, W]: M = 64 of 128
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ import torch.nn.functional as F
 
 from ...core.errors import DataError
 from ..config import DataConfig
-from ..sets import MNIST_MEAN, MNIST_STD, profile_of
+from ..sets import profile_of
+from .pixels import OnPixels, moved
 
 KINDS = ("noise", "scrambled", "mixed", "cut", "warped")
 NOISES = ("uniform", "gaussian", "bernoulli", "blobs")  # the noise kind's four, each drawn with even odds
@@ -102,15 +105,12 @@ def covered(section: Optional[OutliersConfig]) -> tuple[str, ...]:
     return tuple(name for kind in section.active for name in COVERS[kind])
 
 
-class Outliers:
+class Outliers(OnPixels):
     """A callable that makes a minibatch's outliers as ``config`` declares, from its normalized images
-    [N, C, H, W] and labels [N]; ``mean`` and ``std`` (per channel, or one for all) bring them to
-    pixels and back; ``seed`` seeds its draws."""
+    [N, C, H, W] and labels [N] (``OnPixels``: the run's mean and sd, the epoch's generator, a stream
+    apart from augmentation's)."""
 
-    def __init__(self, config: OutliersConfig, mean, std, seed: int = 0):
-        self.config, self.seed = config, seed
-        self.mean = torch.as_tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self.std = torch.as_tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    stream = 7_919 * 1_000_033
 
     @classmethod
     def of(cls, config: OutliersConfig, data: DataConfig, seed: int) -> Optional["Outliers"]:
@@ -122,17 +122,15 @@ class Outliers:
         if found is not None and len(found.input_shape) != 3:
             raise DataError(f"the outliers section makes images [channels, height, width], and this run's inputs "
                             f"are of shape {list(found.input_shape)}: leave it out")
-        return cls(config, *((MNIST_MEAN, MNIST_STD) if found is None else (found.mean, found.std)), seed)
-
-    def generator(self, epoch: int, device) -> torch.Generator:
-        """The draws of epoch ``epoch``: alike wherever (seed, epoch) is, apart from augmentation's."""
-        return torch.Generator(device).manual_seed((self.seed * 1_000_003 + epoch + 7_919 * 1_000_033) % 2 ** 63)
+        return cls.for_data(config, data, seed)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        mean, std = self.mean.to(x.device, x.dtype), self.std.to(x.device, x.dtype)
-        pixels = x * std + mean
-        made = [MAKERS[kind](pixels, y, count, generator) for kind, count in self.config.counts(len(x)).items()]
-        return (torch.cat(made) - mean) / std
+        """Made on the CPU from ``generator`` and moved to ``x``'s device in one copy: a GPU run's
+        outliers are the CPU's."""
+        mean, std = self.mean.to(x.dtype), self.std.to(x.dtype)
+        pixels = x.cpu() * std + mean
+        made = [MAKERS[kind](pixels, y.cpu(), count, generator) for kind, count in self.config.counts(len(x)).items()]
+        return moved((torch.cat(made) - mean) / std, x.device)
 
 
 def _rand(g: torch.Generator, like: torch.Tensor, *shape: int) -> torch.Tensor:

@@ -100,7 +100,7 @@ def fit(label: str, step: Callable, optimizer, scheduler, train_set: TensorSet,
         total, taken = torch.zeros((), device=train_set.x.device), 0
         batches = train_set.batches(batch_size, generator=world.order(epoch, train_set.x.device))
         draws = augment.generator(epoch) if augment is not None else None  # on the CPU: alike on every device
-        made = outliers.generator(epoch, train_set.x.device) if outliers is not None else None
+        made = outliers.generator(epoch) if outliers is not None else None  # on the CPU too
         bar = tqdm(batches, total=steps, leave=False, dynamic_ncols=True,
                    desc=f"{label} epoch {epoch + 1}/{epochs}", disable=not shown or steps == 1,
                    postfix={"last epoch": f"loss {history[-1]['loss']:.4f}"} if history else None)

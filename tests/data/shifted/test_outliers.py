@@ -151,21 +151,21 @@ def test_a_section_makes_its_kinds_shares_of_a_minibatch_normalized_alike_for_a_
     assert config.active == ["noise", "mixed", "warped"]
     outliers = Outliers(config, MEAN, STD, seed=3)
     x, y = (_digits(128) - MEAN) / STD, torch.arange(128) % 10
-    out = outliers(x, y, outliers.generator(2, "cpu"))
+    out = outliers(x, y, outliers.generator(2))
     assert out.shape == (49, 1, SIDE, SIDE)
     pixels = out * STD + MEAN
     assert pixels.min() >= -1e-6 and pixels.max() <= 1 + 1e-6
-    g = outliers.generator(2, "cpu")  # made kind by kind, in their order, from the one generator
+    g = outliers.generator(2)  # made kind by kind, in their order, from the one generator
     by_hand = torch.cat([made.noise(x * STD + MEAN, y, 32, g), made.mixed(x * STD + MEAN, y, 16, g),
                          made.warped(x * STD + MEAN, y, 1, g)])
     assert torch.allclose(pixels, by_hand, atol=1e-5)
-    assert torch.equal(outliers(x, y, outliers.generator(2, "cpu")), out)  # seeded: the same again
-    assert not torch.equal(outliers(x, y, outliers.generator(3, "cpu")), out)  # another epoch
+    assert torch.equal(outliers(x, y, outliers.generator(2)), out)  # seeded: the same again
+    assert not torch.equal(outliers(x, y, outliers.generator(3)), out)  # another epoch
     augment = Augment(AugmentConfig(rotate=1.0), MEAN, STD, seed=3)  # a stream apart from augmentation's
     assert not torch.equal(torch.rand(8, generator=augment.generator(2)),
-                           torch.rand(8, generator=outliers.generator(2, "cpu")))
+                           torch.rand(8, generator=outliers.generator(2)))
     other = Outliers(config, MEAN, STD, seed=4)  # another member of an ensemble: draws of its own
-    assert not torch.equal(other(x, y, other.generator(2, "cpu")), out)
+    assert not torch.equal(other(x, y, other.generator(2)), out)
 
 
 def test_a_run_makes_outliers_only_where_its_section_turns_a_kind_on_with_its_data_s_statistics():
@@ -196,3 +196,12 @@ def test_what_a_section_covers_of_the_ood_sets_is_what_its_kinds_make_the_same_w
     assert set(COVERS) == set(KINDS) == set(made.MAKERS)
     assert {name for names in COVERS.values() for name in names} <= set(OOD_SETS)
     assert OutliersConfig(noise=0.25, cut=0.1).describe() == "noise 0.25, cut 0.1, weight 0.5"
+
+
+@pytest.mark.cuda
+def test_a_cuda_batch_gets_the_cpu_s_outliers_on_its_device():
+    outliers = Outliers(OutliersConfig(noise=0.25, scrambled=0.125, mixed=0.125, cut=0.125, warped=0.125), MEAN, STD, 3)
+    x, y = (_digits(128) - MEAN) / STD, torch.arange(128) % 10
+    on_cpu = outliers(x, y, outliers.generator(5))
+    on_gpu = outliers(x.cuda(), y.cuda(), outliers.generator(5))
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)

@@ -255,7 +255,7 @@ def test_each_phase_trains_with_its_minibatch_s_outliers_and_the_run_records_and
     outliers = Outliers.of(OutliersConfig(noise=0.25, mixed=0.125), DataConfig(name="mnist"), seed=4)
     augment = Augment.of(AugmentConfig(rotate=20.0), DataConfig(name="mnist"), seed=4)
     for first in range(0, 8, 2):  # an epoch's two steps draw from its generators in turn
-        draws, turned = outliers.generator(first // 2 % 2, "cpu"), augment.generator(first // 2 % 2)
+        draws, turned = outliers.generator(first // 2 % 2), augment.generator(first // 2 % 2)
         for i in (first, first + 1):
             x, y = sliced[i]
             assert len(seen[i]) == 32 + 16 and torch.equal(seen[i], outliers(augment(x, turned), y, draws))
