@@ -163,10 +163,10 @@ class OODResult:
     refused_in_stream: float | None = None
     images: int | None = None  # how many of the set's images these figures are of (None: an older eval.json)
 
-    @property
-    def best_auroc(self) -> float:
-        """AUROC by mutual information where the posterior is sampled, else by entropy."""
-        return (self.by_mutual_information or self.by_entropy).auroc
+    def auroc(self, signal: str | None = None) -> float:
+        """AUROC by ``signal``, the one a rule gates on (mutual_information, entropy, feature_density),
+        where measured; else by mutual information where the posterior is sampled, else by entropy."""
+        return (getattr(self, f"by_{signal}", None) or self.by_mutual_information or self.by_entropy).auroc
 
     def to_dict(self) -> dict:
         return _without_none(asdict(self))
@@ -199,6 +199,10 @@ class PosteriorResult:
     shift: dict[str, ShiftResult] = field(default_factory=dict)
     # Where no rule is certified: why, and that each answer (the figures of refusals) is its conformal set
     note: str | None = None
+
+    def auroc(self, name: str) -> float:
+        """Its AUROC on OOD set ``name`` by the signal its rule gates on (``OODResult.auroc``)."""
+        return self.ood[name].auroc(self.rule.signal)
 
     def to_dict(self) -> dict:
         return _without_none({"posterior": self.posterior, "rule": self.rule.to_dict(), "cost": asdict(self.cost),

@@ -52,7 +52,7 @@ def _ood_block(results: dict[str, PosteriorResult], name: str,
     images = next(o.images for o in ood if o is not None)
     rows = {"refused (one by one)": [_percent(o and o.refused) for o in ood],
             "refused (in a stream, the alarm acting)": [_percent(o and o.refused_in_stream) for o in ood],
-            "AUROC (mutual information, or entropy)": [_figure(o and o.best_auroc) for o in ood],
+            "AUROC (by the rule's signal)": [_figure(o and r.auroc(name)) for o, r in zip(ood, results.values())],
             **_fpr95_row(ood),
             **_alarm_row([o and o.alarm for o in ood])}
     if any(o is not None and o.handled is not None for o in ood):

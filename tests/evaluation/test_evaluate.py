@@ -28,8 +28,12 @@ def test_evaluate_cli_writes_the_figures_of_the_draws(tiny_run, shared_data, cap
     bayes, twin = results.posteriors[BAYES], results.posteriors[TWIN]
     assert set(bayes.ood) == {"notmnist", "noise"} and bayes.ood["noise"].by_mutual_information is not None
     assert twin.ood["notmnist"].by_mutual_information is None  # one deterministic softmax: no MI
-    assert twin.ood["notmnist"].best_auroc == twin.ood["notmnist"].by_entropy.auroc
-    assert bayes.ood["notmnist"].best_auroc == bayes.ood["notmnist"].by_mutual_information.auroc
+    assert twin.ood["notmnist"].auroc("mutual_information") == twin.ood["notmnist"].by_entropy.auroc  # none: H
+    notmnist = bayes.ood["notmnist"]
+    assert notmnist.by_mutual_information.auroc != notmnist.by_entropy.auroc  # so the next lines tell them apart
+    for signal in ("mutual_information", "entropy"):  # by the signal a rule gates on
+        assert notmnist.auroc(signal) == getattr(notmnist, f"by_{signal}").auroc
+    assert bayes.auroc("notmnist") == notmnist.auroc(bayes.rule.signal)
     # the table prints every figure of the file, a row each, a column per posterior, none overflowing
     assert len({len(line) for line in printed.splitlines()}) == 1
     rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()[1:]}

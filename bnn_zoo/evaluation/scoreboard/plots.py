@@ -19,7 +19,7 @@ def draw_ladder(runs: dict[str, ScoredRun], out: Path) -> None:
     sets, rows = all_sets(runs), {}
     for label, (_, _, r) in ladder_rows(runs).items():
         shown = [n for n in sets if n in r.ood]
-        rows[label] = {"auroc": {n: r.ood[n].best_auroc for n in shown}, "risk": 1 - r.test.accuracy_accepted,
+        rows[label] = {"auroc": {n: r.auroc(n) for n in shown}, "risk": 1 - r.test.accuracy_accepted,
                        "refused": sum(r.ood[n].refused for n in shown) / max(1, len(shown))}
     plots.ladder(rows, sets, out / "ladder.png")
 

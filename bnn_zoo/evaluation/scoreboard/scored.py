@@ -62,8 +62,8 @@ class ScoredRun:
         return _mean([o.by_feature_density.auroc for n in self.unseen_near if (o := result.ood[n]).by_feature_density])
 
     def near_auroc(self, result: PosteriorResult) -> float | None:
-        """A posterior's mean AUROC (``OODResult.best_auroc``) over the near sets not seen in training."""
-        return _mean([result.ood[n].best_auroc for n in self.unseen_near])
+        """A posterior's mean AUROC (``PosteriorResult.auroc``: by its rule's signal) over the near sets not seen in training."""
+        return _mean([result.auroc(n) for n in self.unseen_near])
 
     def to_dict(self) -> dict:
         """The evaluation's JSON, with the sets, fonts, training seconds and the means over the near

@@ -132,14 +132,14 @@ def before_after_table(name: str, results: dict[str, PosteriorResult]) -> list[s
 
 
 def ladder_table(runs: dict[str, ScoredRun]) -> str:
-    """The ladder: per posterior, accuracy, NLL, AUROC per OOD set (mutual information where it is
-    sampled, else entropy), the mean over the near sets, and the cost columns."""
+    """The ladder: per posterior, accuracy, NLL, AUROC per OOD set (by the signal its rule gates
+    on), the mean over the near sets, and the cost columns."""
     sets = all_sets(runs)
     lines = ["| posterior | accuracy | NLL | " + " | ".join(f"AUROC {n}" for n in sets) +
              " | near AUROC (mean) | training min | predict s | predict MB | numbers stored |",
              "|" + " --- |" * (len(sets) + 8)]
     for label, (run, part, r) in ladder_rows(runs).items():
-        aurocs = [_cell(r.ood[n].best_auroc, False) if n in r.ood else "" for n in sets]
+        aurocs = [_cell(r.auroc(n), False) if n in r.ood else "" for n in sets]
         seconds, mb = run.train_seconds.get(part), r.cost.predict_peak_mb
         lines.append(f"| {label} | {_cell(r.test.accuracy, True)} | {r.test.nll:.4f} | " + " | ".join(aurocs) +
                      f" | {_cell(run.near_auroc(r), False)}"
