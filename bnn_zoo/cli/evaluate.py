@@ -23,11 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..core.errors import ConfigError, DataError
-from ..data.folders import image_files
-from ..data.images import pixel_count
+from ..core.errors import ConfigError
 from ..data.shifted.corruptions import CORRUPTIONS
-from ..data.shifted.ood_sets import OOD_SETS
+from ..data.shifted.ood_sets import OOD_SETS, own_set_problem
 from ..runs.storage.files import check_writable, write_atomic
 from ..runs.storage.loading import is_shipped, run_folder, shadowed
 from . import options as cli
@@ -38,42 +36,13 @@ QUICK_TEST, QUICK_OOD, FULL_OOD = 2000, 1000, 10000
 
 
 def ood_name(text: str) -> str:
-    """An --ood entry: a named set, or NAME=FOLDER of images."""
+    """An --ood entry: a named set, or NAME=FOLDER of images (checked as a run's data.ood is: ``own_set_problem``)."""
     name, _, folder = text.partition("=")
     if name not in OOD_SETS and not (folder and name):
         raise argparse.ArgumentTypeError(f"{text!r} is neither an OOD set ({', '.join(OOD_SETS)}) nor NAME=FOLDER")
-    if folder and name in OOD_SETS:  # its figures would be stored as the built-in set's
-        raise argparse.ArgumentTypeError(f"{text!r}: {name} is a built-in OOD set's name; pick another name for your "
-                                         f"folder (for example my_{name}={folder})")
-    if folder and not Path(folder).expanduser().is_dir():  # said before the work, not skipped after it
-        raise argparse.ArgumentTypeError(f"{text!r}: there is no folder {folder}; give NAME=FOLDER, FOLDER a folder "
-                                         "of images (in subfolders or not)")
-    if folder:
-        try:
-            unread = _unreadable(image_files(Path(folder).expanduser()))
-        except DataError as err:
-            raise argparse.ArgumentTypeError(f"{text!r}: {err}; give NAME=FOLDER, FOLDER a folder of images") from None
-        if unread:
-            raise argparse.ArgumentTypeError(f"{text!r}: {unread}")
+    if folder and (problem := own_set_problem(name, folder)) is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
     return text
-
-
-def _unreadable(files: list[Path]) -> str | None:
-    """What is wrong with the first file of ``files`` that is no image evaluate reads (its header
-    alone is read), and how many such there are; None where every one is an image."""
-    bad = []
-    for file in files:
-        try:
-            pixel_count(file)
-        except ValueError as err:
-            bad.append((file, err))
-    if not bad:
-        return None
-    file, why = bad[0]
-    if len(bad) == 1:
-        return f"{file} cannot be read as an image ({why}): delete or replace it"
-    return (f"{len(bad)} of its {len(files)} files cannot be read as images, the first {file} ({why}): delete or "
-            "replace them")
 
 
 def main(argv: list[str] | None = None) -> int:

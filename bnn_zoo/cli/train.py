@@ -44,7 +44,7 @@ from ..evaluation.baseline import mark_no_better
 from ..evaluation.figures.toy_plot import plot_toy
 from ..posterior import KINDS, held_part
 from ..runs.storage.checkpoint import config_dict, replace_config, save_atomic, stored_beside
-from ..runs.plans.checks import check_augment, check_fitted_kinds, check_network_fits, check_threads, pick_device
+from ..runs.plans.checks import check_augment, check_fitted_kinds, check_network_fits, check_on_machine, pick_device
 from ..runs.training.compile_cache import compile_cache, described
 from ..runs.plans.config import make_config, resolved, with_profile
 from ..runs.training.cost import Cost
@@ -80,7 +80,7 @@ def train(cfg: DictConfig) -> dict:
     inferred = None if cfg.data.name else cfg.data.path  # resolved() tells data.name by data.path's kind
     cfg = resolved(cfg)
     plan = Plan.of(cfg)
-    check_threads(plan.train.threads)  # what this machine has: before anything is written
+    check_on_machine(plan)  # its cores, the folders data.ood names: before anything is written
     if plan.data.name not in OWN_DATA:  # its shape is known: a network that cannot be built stops before the run directory
         check_network_fits(plan)
     ranks = Ranks.from_env(plan.seed)
@@ -131,7 +131,7 @@ def train(cfg: DictConfig) -> dict:
         if members or plan.train.posteriors:
             metrics["ensemble"] = test_posteriors(plan.train.test_samples, splits, run, device)
         classes = class_names(plan.data) if plan.categorical else None
-        for warning in mark_no_better(metrics, splits, classes):  # a fit no better than ignoring the inputs says so
+        for warning in mark_no_better(metrics, splits, classes, plan.data.name):  # no better than ignoring the inputs
             log(warning)
         stale = run.calibration.is_file()  # it certified the weights this run has just changed
         if (plan.abstention.certify or stale) and splits.val is not None and plan.categorical:

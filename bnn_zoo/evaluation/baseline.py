@@ -5,11 +5,12 @@ probabilities (accuracy and NLL). A phase whose test RMSE is not below the basel
 two standard errors of the baseline's over the test examples (whose accuracy is not above it by
 more) is no better than it, as far as the test split can tell: a network that learns nothing can
 beat the training mean by a little on a few test rows (its own constant lies nearer their mean).
-Training says so, and metrics.json holds the baseline and, under its ``no_better``, a flag per phase.
+Training says so, with advice for the data it trained on (``advice``), and metrics.json holds the
+baseline and, under its ``no_better``, a flag per phase.
 
 Usage::
 
-    for line in mark_no_better(metrics, splits, classes=["cat", "dog"]):  # metrics["baseline"]["no_better"]["bayes"]
+    for line in mark_no_better(metrics, splits, ["cat", "dog"], "folder"):  # metrics["baseline"]["no_better"]["bayes"]
         print(line)
 """
 from __future__ import annotations
@@ -19,7 +20,12 @@ import math
 import torch
 
 from ..core.networks.likelihoods import Categorical, Gaussian
-from ..data.sets import Splits
+from ..data.sets import TOY_FUNCTIONS, Splits
+
+# What to check first where a fit is no better than its baseline, by the kind of your own data it trained on
+CHECK = {"csv": "check that the table's columns carry the target (data.target names the column to predict)",
+         "tensors": "check that the file's x carries its y (each y the answer for its row of x)",
+         "folder": "check that each class's subfolder holds that class's images"}
 
 
 def baseline(splits: Splits, classes: list[str] | None) -> dict:
@@ -50,11 +56,21 @@ def no_better(figures: dict, base: dict) -> bool:
     return figures["test/accuracy"] < base["test/accuracy"] + base["margin"]
 
 
-def mark_no_better(metrics: dict, splits: Splits, classes: list[str] | None) -> list[str]:
+def advice(data: str) -> str:
+    """What to try where a fit to ``data`` (its data.name) is no better than its baseline: check your
+    own data's inputs carry the target (``CHECK``), then train longer or at another rate; a toy curve's
+    inputs carry it, and a wider network may follow it."""
+    train = "train longer (train.epochs) or at another rate (train.lr)"
+    if data in TOY_FUNCTIONS:
+        return f"{train.replace(' or ', ', ')}, or give the network more units (model.hidden, for example [100, 100])"
+    return f"{CHECK[data]}, then {train}" if data in CHECK else train
+
+
+def mark_no_better(metrics: dict, splits: Splits, classes: list[str] | None, data: str) -> list[str]:
     """Put the baseline (``classes``: a classifier's names of its classes, None for a regression) in
     ``metrics`` (metrics.json's content), with ``no_better``: for each phase with test figures (bayes,
     twin, hmc, an ensemble's mixtures), whether it is no better than it; returns the warning lines
-    to log (none where every phase beats it)."""
+    to log (none where every phase beats it), with the ``advice`` for ``data`` (the run's data.name)."""
     base = metrics["baseline"] = baseline(splits, classes)
     phases = {part: metrics[part] for part in ("bayes", "twin", "hmc") if part in metrics}
     phases.update({f"ensemble {part}": figures for part, figures in metrics.get("ensemble", {}).items()})
@@ -67,6 +83,4 @@ def mark_no_better(metrics: dict, splits: Splits, classes: list[str] | None) -> 
     what = "predicting the training mean" if figure == "test/rmse" else "answering the training split's majority class"
     return [f"warning: {' and '.join(worse)} {'is' if len(worse) == 1 else 'are'} no better than {what} "
             f"({base['predicts']}: test {figure.removeprefix('test/')} {base[figure]:.4f} +- {base['margin']:.4f}, two "
-            f"standard errors over these {len(splits.test)} test examples; NLL {base['test/nll']:.4f}): check that the "
-            "inputs carry the target (for a table, data.target names the column to predict), then train longer "
-            "(train.epochs) or at another rate (train.lr)"]
+            f"standard errors over these {len(splits.test)} test examples; NLL {base['test/nll']:.4f}): {advice(data)}"]

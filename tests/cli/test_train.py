@@ -121,6 +121,33 @@ def test_cli_errors_are_one_clear_line(capsys, tmp_path):
     assert "nothing to resume" in capsys.readouterr().err
 
 
+def test_a_data_ood_entry_evaluate_would_refuse_is_refused_before_the_run_folder(capsys, tmp_path):
+    """data.ood={notmnist: FOLDER} trained, then stored the folder's figures under the built-in set's
+    name, where evaluate's --ood notmnist=FOLDER is refused: the one check (own_set_problem) refuses
+    both, before anything is written."""
+    from PIL import Image
+
+    (tmp_path / "letters").mkdir()
+    Image.new("L", (28, 28)).save(tmp_path / "letters" / "a.png")
+    (tmp_path / "empty").mkdir()
+    letters, run = tmp_path / "letters", tmp_path / "run"
+    said = {}
+    for ood in (f"{{notmnist: {letters}}}", f"{{mine: {tmp_path / 'none'}}}", f"{{mine: {tmp_path / 'empty'}}}",
+                f"{{'a=b': {letters}}}"):
+        assert main(["toy_mlp", f"run_dir={run}", f"data.ood={ood}", "train.epochs=1", "train.progress=false"]) == 2
+        said[ood] = capsys.readouterr().err
+        assert not run.exists()
+    assert list(said.values()) == [
+        f"error: bad value for data.ood: {{notmnist: {letters}}}: notmnist is a built-in OOD set's name; pick another "
+        f"name for your folder (for example data.ood={{my_notmnist: {letters}}})\n",
+        f"error: bad value for data.ood: {{mine: {tmp_path / 'none'}}}: there is no folder {tmp_path / 'none'}; give "
+        "data.ood={NAME: FOLDER}, FOLDER a folder of images (in subfolders or not)\n",
+        f"error: bad value for data.ood: {{mine: {tmp_path / 'empty'}}}: no images (.jpg/.jpeg/.png/.ppm/.bmp/.pgm/"
+        f".tif/.tiff/.webp) in {tmp_path / 'empty'}; give data.ood={{NAME: FOLDER}}, FOLDER a folder of images\n",
+        f"error: bad value for data.ood: {{a=b: {letters}}}: 'a=b' is no name for a set; give data.ood={{NAME: "
+        f"{letters}}}, NAME without '='\n"]
+
+
 @pytest.mark.slow
 def test_resume_continues_where_the_run_stopped(tmp_path):
     train(tiny_config("toy_mlp", run_dir=str(tmp_path), **{"train.epochs": 20, "train.eval_every": 10}))

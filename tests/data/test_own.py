@@ -64,7 +64,7 @@ def own_config(arch, run_dir, **overrides):
 def folder_run(pngs, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("folder_run")
     train(own_config("lenet", run_dir, **{"data.name": "folder", "data.path": str(pngs), "train.epochs": 5, "train.batch_size": 16,
-                                         "data.ood": f"{{letters: {pngs / 'letters'}}}",
+                                         "data.ood": f"{{my_letters: {pngs / 'letters'}}}",
                                          "train.lr": 0.01}))
     return run_dir
 
@@ -91,12 +91,12 @@ def test_a_folder_of_pngs_trains_certifies_and_answers_in_its_own_class_names(pn
     expected = trained.rules_for()["bayes"](probs).describe(0)
     assert answer["accepted"] == {str(k): v for k, v in expected["accepted"].items()}
     assert answer["label"] == (None if expected["answer"] is None else data.classes[expected["answer"]])
-    # evaluate: its own test folder, and its data.ood folder of letters, scored under its name
+    # evaluate: its own test folder, and its data.ood folder of letters, scored under its name (not the built-in set's)
     result = evaluate_run(folder_run, num_samples=4, ood_size=30)  # all 30 letters
-    assert result.test_size == 45 and set(result.posteriors["bayes"].ood) == {"letters"}
+    assert result.test_size == 45 and set(result.posteriors["bayes"].ood) == {"my_letters"}
     twin = posteriors(trained)["twin"]
     refused = trained.rules_for()["twin"](twin.predict(_letters(pngs, data))).refused  # the twin draws nothing
-    assert result.posteriors["twin"].ood["letters"].refused == pytest.approx(refused.float().mean().item())
+    assert result.posteriors["twin"].ood["my_letters"].refused == pytest.approx(refused.float().mean().item())
 
 
 def _letters(pngs, data):
@@ -618,8 +618,8 @@ def test_a_train_folder_without_a_test_folder_is_named(tmp_path):
 def test_two_ood_sets_of_one_name_are_refused(folder_run, pngs):
     from bnn_zoo.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="the OOD set name 'letters' is given twice"):
-        evaluate_run(folder_run, num_samples=2, ood=("letters", f"letters={pngs / 'letters'}"), ood_size=5)
+    with pytest.raises(ConfigError, match="the OOD set name 'my_letters' is given twice"):
+        evaluate_run(folder_run, num_samples=2, ood=(f"my_letters={pngs}", f"my_letters={pngs / 'letters'}"), ood_size=5)
 
 
 def test_an_eps_named_png_is_refused_by_every_path_without_a_program(folder_run, tmp_path, monkeypatch):

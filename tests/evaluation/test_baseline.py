@@ -42,15 +42,37 @@ def test_each_phase_no_better_than_the_baseline_is_flagged_and_said_in_one_line(
     metrics = {"bayes": {"test/accuracy": 0.58}, "twin": {"test/accuracy": 0.75},
                "ensemble": {"bayes": {"label": "ensemble", "test/accuracy": 0.25}}}
     test = torch.tensor([1, 0] * 50)
-    lines = mark_no_better(metrics, targets(torch.tensor([0, 1, 1, 1, 2]), test), ["cat", "dog", "eel"])
+    lines = mark_no_better(metrics, targets(torch.tensor([0, 1, 1, 1, 2]), test), ["cat", "dog", "eel"], "csv")
     assert metrics["baseline"]["no_better"] == {"bayes": True, "twin": False, "ensemble bayes": True}
     assert metrics["baseline"]["test/accuracy"] == 0.5 and metrics["baseline"]["margin"] == pytest.approx(0.1)
     assert lines == ["warning: bayes (accuracy 0.5800) and ensemble bayes (accuracy 0.2500) are no better than "
                      "answering the training split's majority class (always 'dog': test accuracy 0.5000 +- 0.1000, two "
-                     "standard errors over these 100 test examples; NLL 1.0601): check that the inputs carry the "
-                     "target (for a table, data.target names the column to predict), then train longer "
+                     "standard errors over these 100 test examples; NLL 1.0601): check that the table's columns "
+                     "carry the target (data.target names the column to predict), then train longer "
                      "(train.epochs) or at another rate (train.lr)"]
-    assert mark_no_better({"bayes": {"test/accuracy": 0.75}}, targets(torch.tensor([0, 1]), test), ["cat", "dog"]) == []
+    assert mark_no_better({"bayes": {"test/accuracy": 0.75}}, targets(torch.tensor([0, 1]), test), ["cat", "dog"],
+                          "csv") == []
+
+
+@pytest.mark.parametrize("data, said", [
+    ("polynomial", "): train longer (train.epochs), at another rate (train.lr), or give the network more units "
+                   "(model.hidden, for example [100, 100])"),
+    ("sinusoid", "): train longer (train.epochs), at another rate (train.lr), or give the network more units "
+                 "(model.hidden, for example [100, 100])"),
+    ("tensors", "): check that the file's x carries its y (each y the answer for its row of x), then train longer "
+                "(train.epochs) or at another rate (train.lr)"),
+    ("csv", "): check that the table's columns carry the target (data.target names the column to predict), then "
+            "train longer (train.epochs) or at another rate (train.lr)"),
+])
+def test_a_regression_no_better_than_the_training_mean_is_advised_for_its_data(data, said):
+    """The toy curve's warning advised a table's columns (data.target), which a toy run has none of:
+    a toy curve's inputs carry its target, your own tensors' x must carry their y, a table's columns."""
+    metrics = {"bayes": {"test/rmse": 2.0}}
+    lines = mark_no_better(metrics, targets(torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([0.0, 4.0, 3.0, 5.0])),
+                           None, data)
+    assert len(lines) == 1 and lines[0].startswith("warning: bayes (rmse 2.0000) is no better than predicting the "
+                                                   "training mean (3 with sd 2.16: test rmse 1.8708")
+    assert lines[0].endswith(said) and lines[0].count("data.target") == (data == "csv")
 
 
 def table(path, target):
@@ -83,7 +105,8 @@ def test_a_fit_to_a_target_of_noise_says_it_is_no_better_than_the_training_mean(
     assert (f"warning: bayes (rmse {bayes:.4f}) and twin (rmse {twin:.4f}) "
             f"are no better than predicting the training mean ({base['mean']:.4g} with sd {base['sd']:.4g}: test rmse "
             f"{base['test/rmse']:.4f} +- {base['margin']:.4f}, two standard errors over these 30 test examples; NLL "
-            f"{base['test/nll']:.4f}): check that the inputs carry the target") in log
+            f"{base['test/nll']:.4f}): check that the table's columns carry the target (data.target names the column "
+            "to predict), then train longer") in log
 
 
 @pytest.mark.slow

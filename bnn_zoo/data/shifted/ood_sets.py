@@ -10,6 +10,9 @@ from MNIST test digits and the fonts on the machine, each seeded:
 - ``scribbles``: a few random pen strokes, as a person might draw on a canvas
 - ``blank``: the all-black image
 
+and the check of a set of your own, NAME=FOLDER of images (``own_set_problem``), which evaluate's
+--ood and a run's data.ood pass before any work.
+
 Usage: ``images = ood_images("rotated", root, size=2000)``
 """
 from __future__ import annotations
@@ -22,8 +25,8 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from ...core.errors import DataError
-from ..folders import class_files
-from ..images import centred
+from ..folders import class_files, image_files
+from ..images import centred, pixel_count
 from ..own import read_images
 from ..sets import DATA_ENV, data_root, find_idx, load_torchvision, read_idx
 
@@ -32,6 +35,43 @@ NEAR = ("letters", "rotated", "overlaid", "inverted", "constant", "scribbles", "
 OOD_SETS = FAR + NEAR
 # Letters that no font draws like a digit (O, I, l, S, Z, B, G, q, g, b left out).
 LETTERS = "ACEFHKMNPRTUVWXYackmnprtuvwxy"
+
+
+def own_set_problem(name: str, folder: str, spelled: str = "{name}={folder}") -> Optional[str]:
+    """What is wrong with an OOD set of your own, ``name`` for the images in ``folder`` (and its
+    subfolders), its fix written as ``spelled`` spells an entry (evaluate's NAME=FOLDER, a config's
+    mapping); None where nothing is. Said before the work, not skipped after it."""
+    if not name or "=" in name:  # evaluate reads NAME=FOLDER up to the first '='
+        return f"{name!r} is no name for a set; give {spelled.format(name='NAME', folder=folder)}, NAME without '='"
+    if name in OOD_SETS:  # its figures would be stored as the built-in set's
+        return (f"{name} is a built-in OOD set's name; pick another name for your folder (for example "
+                f"{spelled.format(name=f'my_{name}', folder=folder)})")
+    fix = f"give {spelled.format(name='NAME', folder='FOLDER')}, FOLDER a folder of images"
+    if not folder or not Path(folder).expanduser().is_dir():
+        return f"there is no folder {folder or repr(folder)}; {fix} (in subfolders or not)"
+    try:
+        files = image_files(Path(folder).expanduser())
+    except DataError as err:
+        return f"{err}; {fix}"
+    return _unreadable(files)
+
+
+def _unreadable(files: list[Path]) -> Optional[str]:
+    """What is wrong with the first file of ``files`` that is no image evaluate reads (its header
+    alone is read), and how many such there are; None where every one is an image."""
+    bad = []
+    for file in files:
+        try:
+            pixel_count(file)
+        except ValueError as err:
+            bad.append((file, err))
+    if not bad:
+        return None
+    file, why = bad[0]
+    if len(bad) == 1:
+        return f"{file} cannot be read as an image ({why}): delete or replace it"
+    return (f"{len(bad)} of its {len(files)} files cannot be read as images, the first {file} ({why}): delete or "
+            "replace them")
 
 
 def ood_images(name: str, root: Optional[str], size: int, seed: int = 0) -> torch.Tensor:

@@ -88,19 +88,20 @@ def rejection_report(run_dir: str | Path, ood: str, out_dir: str | Path | None =
     ood_x = pixel_inputs(trained.data, ood_images(ood, root, ood_size, seed)).to(device)
     rungs = posteriors(trained)
     in_probs, ood_probs = {}, {}
+    title = OOD_TITLES.get(ood, ood)  # the set as the table's rows name it
     # it says it works; the bar goes with the work, a failure's line not written after it
-    with tqdm(total=2 * len(rungs) + 1, desc=f"reject_{ood}", unit="step", leave=False) as progress:
+    with tqdm(total=2 * len(rungs) + 1, desc=f"rejection report on {title}", unit="step", leave=False) as progress:
         with seeded(seed, device):  # each posterior on the test set, then each on the OOD set
-            for probs, inputs, where in ((in_probs, x.to(device), "test set"), (ood_probs, ood_x, ood)):
+            for probs, inputs, where in ((in_probs, x.to(device), "test set"), (ood_probs, ood_x, title)):
                 for part, posterior in rungs.items():
-                    progress.set_postfix_str(f"{part} on the {where}")
+                    progress.set_postfix_str(f"{part}: {where}")
                     probs[part] = posterior.predict(inputs, num_samples)
                     progress.update()
         refusals = {part: Refusals(rules[part], in_distribution(probs, labels, rules[part]),
                                    ood_result(probs, ood_probs[part], rules[part])) for part, probs in in_probs.items()}
         report = RejectionReport(str(run_dir), ood, num_samples, rule, len(labels), len(ood_x), refusals)
         write_atomic(out_dir / f"reject_{ood}.json", json.dumps(report.to_dict(), indent=2))
-        progress.set_postfix_str("the plots")
+        progress.set_postfix_str("plots")
         _draw(out_dir, ood, x[:, 0].cpu(), labels, ood_x[:, 0].cpu(), in_probs, ood_probs, rules[BAYES], grid)
     return report
 

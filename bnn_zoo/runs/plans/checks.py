@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +27,7 @@ from ...core.networks.priors import PRIORS
 from ...data.shifted.augment import misfit as augment_misfit
 from ...data.shifted.augment import problem as augment_problem
 from ...data.shifted.outliers import KINDS as OUTLIER_KINDS
+from ...data.shifted.ood_sets import own_set_problem
 from ...data.shifted.outliers import problem as outliers_problem
 from ...data.own import OWN_DATA, ROWS, name_problem
 from ...posterior import KINDS as POSTERIORS
@@ -216,6 +218,21 @@ def check_threads(threads: int | None) -> None:
         raise ConfigError(f"bad value for train.threads: {threads} CPU threads, and this process has {have} CPU "
                           f"core{'s' if have > 1 else ''}: give at most train.threads={have}, or train.threads=null "
                           "(chosen from a step's work)")
+
+
+def check_on_machine(plan: Plan) -> None:
+    """What a plan asks of this machine, said before anything is written: no more train.threads than
+    its cores (``check_threads``), data.ood's folders of images (``check_own_sets``)."""
+    check_threads(plan.train.threads)
+    check_own_sets(plan.data.ood)
+
+
+def check_own_sets(ood: Mapping[str, str]) -> None:
+    """Each of ``data.ood``'s sets of your own (name: folder of images) as evaluate's --ood checks
+    NAME=FOLDER (``own_set_problem``): said before the run folder is made, not when it is evaluated."""
+    for name, folder in ood.items():
+        if (problem := own_set_problem(name, folder, "data.ood={{{name}: {folder}}}")) is not None:
+            raise ConfigError(f"bad value for data.ood: {{{name}: {folder}}}: {problem}")
 
 
 def check_augment(plan: Plan) -> None:

@@ -17,7 +17,7 @@ from .checks import HIDDEN
 KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
 PLURAL = {int: "whole numbers", float: "numbers", str: "strings"}
 MAPPINGS = {"model.kwargs": "a mapping of the network's keyword arguments (for example {width: 16})",
-            "data.ood": "a mapping of names to folders of images (for example {letters: DIR})"}
+            "data.ood": "a mapping of names to folders of images (for example {my_letters: DIR})"}
 
 
 def check_layout(base: Any, schema: type, source: Optional[str] = None) -> None:

@@ -63,8 +63,41 @@ def test_the_rejection_report_says_it_is_working_on_stderr(tiny_run, tmp_path, c
     steps = 2 * len(posteriors(load(tiny_run))) + 1
     rejection_report(tiny_run, "noise", tmp_path, num_samples=2, test_size=50, ood_size=20)
     printed, said = capsys.readouterr()
-    assert re.search(rf"reject_noise: +0%\|.*\| 0/{steps} ", said) and printed == ""
-    assert "bayes on the test set]" in said  # what it is doing
+    assert re.search(rf"rejection report on white noise: +0%\|.*\| 0/{steps} ", said) and printed == ""
+    assert "bayes: test set]" in said  # what it is doing
+
+
+def test_the_rejection_report_s_bar_names_each_posterior_and_set_as_the_table_does(tiny_run, tmp_path, monkeypatch):
+    """The bar read "reject_notmnist ... [bayes on the notmnist]": now the set's title (notMNIST) as
+    the table's rows name it, each step "POSTERIOR: SET"."""
+    from bnn_zoo.evaluation.figures import rejection
+    from bnn_zoo.runs.storage.trained import posteriors
+
+    shown = []
+
+    class Bar:
+        def __init__(self, total, desc, unit, leave):
+            shown.append(desc)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def set_postfix_str(self, text):
+            shown.append(text)
+
+        def update(self, n=1):
+            pass
+
+    monkeypatch.setattr(rejection, "tqdm", Bar)
+    monkeypatch.setattr(rejection, "ood_images", lambda name, root, size, seed: white_noise(size, seed))  # no notMNIST
+    parts = list(posteriors(load(tiny_run)))
+    rejection_report(tiny_run, "notmnist", tmp_path, num_samples=2, test_size=20, ood_size=10)
+    assert shown == ["rejection report on notMNIST", *(f"{part}: test set" for part in parts),
+                     *(f"{part}: notMNIST" for part in parts), "plots"]
+    assert parts[0] == "bayes"
 
 
 def test_rejection_report_refuses_a_missing_run(tmp_path, capsys):

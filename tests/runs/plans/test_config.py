@@ -182,9 +182,9 @@ KWARGS = "a mapping of the network's keyword arguments (for example {width: 16})
     ({"train": {"batch_size": None}}, "bad value for train.batch_size: must be a whole number, not null"),
     ({"arch": None}, "bad value for arch: must be a string, not null"),
     ({"data": {"ood": 5}}, ("bad value for data.ood: must be a mapping of names to folders of images (for example "
-                            "{letters: DIR}), not 5")),
+                            "{my_letters: DIR}), not 5")),
     ({"data": {"ood": {"a": [1]}}}, ("bad value for data.ood: must be a mapping of names to folders of images "
-                                     "(for example {letters: DIR}), not {'a': [1]}")),
+                                     "(for example {my_letters: DIR}), not {'a': [1]}")),
     ({"data": {"mean": {"a": 1}}}, "bad value for data.mean: must be a list of numbers, not {'a': 1}"),
     ({"data": {"classes": [[1]]}}, "bad value for data.classes: must be a list of strings, not [[1]]"),
     ({"data": {"input_shape": "ab"}}, "bad value for data.input_shape: must be a list of whole numbers, not 'ab'"),
