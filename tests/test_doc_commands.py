@@ -90,6 +90,11 @@ RUN = [
      f"{IMAGES} {AGAIN}"),
     ("python -m bnn_zoo.train lenet data.train_limit=2000 train.epochs=1 outliers.noise=0.25 outliers.mixed=0.25", {},
      f"{IMAGES} {AGAIN}"),
+    ("python -m bnn_zoo.train lenet outliers.noise=0.125 outliers.scrambled=0.125 outliers.cut=0.125 "
+     "outliers.warped=0.125 outliers.weight=0.1 abstention.signal=entropy run_dir=runs/lenet_oe01", {}, IMAGES),
+    ("python -m bnn_zoo.evaluate runs/lenet_oe01", {}, EVALUATE),
+    ("python -m bnn_zoo.evaluate runs/lenet_oe01 --test-size 500 --ood --shift shot_noise impulse_noise glass_blur "
+     "motion_blur stripe fog spatter dotted_line zigzag canny_edges", {}, f"{EVALUATE} --shift-size 20"),
     ("python -m bnn_zoo.certify runs/lenet", {}, ""),
     ("python -m bnn_zoo.certify RUN", {"RUN": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN_DIR", {"RUN_DIR": "runs/lenet"}, ""),
