@@ -5,7 +5,7 @@ alike.
 
 Usage::
 
-    class Made(OnPixels):             # a section's maker: OnPixels.of builds it from a run's data
+    class Made(OnPixels):             # a section's maker: Made.for_data(config, data, seed) builds it for a run
         def __call__(self, x, generator): ...
 """
 from __future__ import annotations
