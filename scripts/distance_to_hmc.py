@@ -28,7 +28,7 @@ from bnn_zoo.runs.storage.files import write_atomic
 
 def main(argv=None) -> int:
     parser = cli.command_parser(None, __doc__)
-    parser.add_argument("problems", nargs="*", default=list(PROBLEMS), choices=list(PROBLEMS), metavar="PROBLEM",
+    parser.add_argument("problems", nargs="*", type=lambda t: cli.one_of(t, PROBLEMS), metavar="PROBLEM",  # none: all
                         help=f"default: all of {', '.join(PROBLEMS)}")
     parser.add_argument("--runs", default="runs/distance", help="where the rungs' runs go (default runs/distance)")
     parser.add_argument("--references", default=None,
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     def command() -> int:
         output = args.json and cli.output_file("--json", args.json)  # before the work, not after it
         found = {name: Reference.read(Path(args.references, f"{PROBLEMS[name].reference}.npz") if args.references
-                                      else PROBLEMS[name].reference) for name in args.problems}  # all, before any run
+                                      else PROBLEMS[name].reference) for name in args.problems or PROBLEMS}  # all, before any run
         device, report = str(pick_device(args.device)), {**provenance(), "problems": {}}
         for name, reference in found.items():
             problem, runs, began = PROBLEMS[name], [], time.perf_counter()

@@ -95,6 +95,11 @@ RUN = [
     ("python -m bnn_zoo.evaluate runs/lenet_oe01", {}, EVALUATE),
     ("python -m bnn_zoo.evaluate runs/lenet_oe01 --test-size 500 --ood --shift shot_noise impulse_noise glass_blur "
      "motion_blur stripe fog spatter dotted_line zigzag canny_edges", {}, f"{EVALUATE} --shift-size 20"),
+    ("python -m bnn_zoo.train lenet KINDS abstention.signal=entropy train.members=1 train.epochs=4 train.twin=false "
+     "run_dir=runs/kinds/NAME", {"KINDS": "outliers.scrambled=0.03", "NAME": "scrambled"}, IMAGES),
+    ("python -m bnn_zoo.evaluate runs/kinds/NAME --samples 20 --test-size 1000 --ood notmnist fashion_mnist --ood-size 500 "
+     "--shift shot_noise impulse_noise glass_blur motion_blur stripe fog spatter dotted_line zigzag canny_edges "
+     "--shift-size 200 --no-act-on-alarm", {"NAME": "scrambled"}, f"{EVALUATE} --shift-size 20"),
     ("python -m bnn_zoo.certify runs/lenet", {}, ""),
     ("python -m bnn_zoo.certify RUN", {"RUN": "runs/lenet"}, ""),
     ("python -m bnn_zoo.certify RUN_DIR", {"RUN_DIR": "runs/lenet"}, ""),
@@ -161,12 +166,8 @@ RUN = [
     ("python scripts/scoreboard.py RUN --ood-size 2000 --near-size 2000", {"RUN": "runs/lenet"}, BOARD),
     ("python scripts/alarm_rates.py lenet", {}, "--streams 2 --length 50 --orders 1 --samples 3"),
     # the ladder against HMC: the toy references that ship, a tiny MNIST reference built and scored against
-    ("python scripts/distance_to_hmc.py toy_mlp toy_sinusoid --json docs/results/hmc_distance.json", {},
-     "--samples 8 --size 20 --runs distance --override train.epochs=20"),
-    ("python scripts/hmc_reference.py mnist_mlp_hmc", {}, "--chains 2 --samples 4 --warmup 4 --tree-depth 2 --test-size 40 "
-                                                         "--ood-size 20 --shift-size 20 --override data.train_limit=900"),
-    ("python scripts/distance_to_hmc.py mnist_mlp_hmc --references .", {},
-     f"--samples 8 --size 20 --runs distance --override {IMAGES} data.train_limit=900"),  # SG-MCMC's least
+    ("python scripts/distance_to_hmc.py --json docs/results/hmc_distance.json", {},
+     "--samples 8 --size 20 --runs distance --override train.epochs=1 train.twin_epochs=1 train.progress=false"),
     # your own data: a folder of images, a table, a network of your own
     ("python -m bnn_zoo.train lenet data.name=folder data.path=my_pngs abstention.risk=0.05 run_dir=runs/mine", {}, OWN),
     ("python -m bnn_zoo.evaluate runs/mine --ood mine=my_letters", {}, EVALUATE),
@@ -255,11 +256,11 @@ NOT_RUN = {
     "python scripts/ship_sets.py lenet --recertify": "rewrites the shipped posteriors (tests/test_scripts.py)",
     "python scripts/hmc_reference.py toy_mlp --chains 4 --samples 200 --warmup 200 --tree-depth 7 --out "
     "bnn_zoo/shipped/toy_mlp_hmc.npz": "rewrites a reference shipped inside the package, 4 chains for minutes "
-                                       "(python scripts/hmc_reference.py mnist_mlp_hmc runs here at a tiny size)",
+                                       "(tests/test_scripts.py builds one at a tiny size)",
     "python scripts/hmc_reference.py toy_sinusoid --chains 4 --samples 400 --warmup 300 --tree-depth 6 --out "
     "bnn_zoo/shipped/toy_sinusoid_hmc.npz": "rewrites a reference shipped inside the package (as above)",
-    "python scripts/distance_to_hmc.py mnist_mlp_hmc": "says in one line that mnist_mlp_hmc's reference has not shipped "
-                                                       "(tests/test_scripts.py checks the line for a missing reference)",
+    "python scripts/hmc_reference.py mnist_mlp_hmc --out bnn_zoo/shipped/mnist_mlp_hmc.npz":
+        "rewrites the package's own reference, 16 minutes (tests/test_scripts.py builds one at a tiny size)",
     "curl --data-binary @bnn_zoo/shipped/seven.png http://127.0.0.1:8000/api/answer":
         "asks a running server (python -m bnn_zoo.serve); tests/page/test_page.py sends the same body to the app",
     'curl -F file=@bnn_zoo/shipped/seven.png "http://127.0.0.1:8000/api/answer?samples=200"':

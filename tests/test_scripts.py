@@ -766,6 +766,17 @@ def test_distance_to_hmc_refuses_a_missing_reference_before_any_training(tmp_pat
     assert not (tmp_path / "runs").exists()
 
 
+def test_distance_to_hmc_without_a_problem_scores_every_problem(tmp_path, capsys):
+    """No problem named: all of them, so the first reference it reads is toy_mlp's (a bare command once
+    failed in argparse, whose check of choices took the default list for one choice)."""
+    assert load_script("distance_to_hmc").main(["--references", str(tmp_path), "--runs", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: no HMC reference at {tmp_path / 'toy_mlp_hmc.npz'}: ")
+    with pytest.raises(SystemExit):
+        load_script("distance_to_hmc").main(["toy_mlp", "lenet"])
+    assert capsys.readouterr().err == ("error: argument PROBLEM: invalid choice: 'lenet' (choose from toy_mlp, "
+                                       "toy_sinusoid, mnist_mlp_hmc) (see --help)\n")
+
+
 def test_hmc_reference_refuses_its_output_before_the_chains(tmp_path, capsys):
     assert load_script("hmc_reference").main(["toy_mlp", "--out", str(tmp_path / "nowhere" / "r.npz")]) == 2
     assert "folder" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
@@ -803,8 +814,9 @@ def test_a_tiny_mnist_reference_is_built_and_the_ladder_scored_against_it(shared
     labels = {row["label"] for row in rows}
     assert {"mean-field VI", "deep ensemble of 5 twins", "low-rank VI (rank 10)", "MC dropout (p = 0.5)"} <= labels
     assert any(label.startswith("ensemble of 5 SWAG") for label in labels)
-    assert len(table) == 3 + len(rows) and table[2].startswith("| HMC, 2 chains (distances: chain to chain) |")
-    for row, line in zip(rows, table[3:]):
+    assert len(table) == 4 + len(rows) and table[2].startswith("| HMC, 2 chains (distances: chain to chain) |")
+    assert table[3].startswith("| HMC: a chain to the others' pool (the floor) |")
+    for row, line in zip(rows, table[4:]):
         test = row["sets"]["test"]
         assert test["inputs"] == 30 and line.split(" | ")[5] == f"{test['total_variation']:.4f} ({test['times_floor']:.1f}x)"
     assert [run for run in PROBLEMS["mnist_mlp_hmc"].runs] == ["ladder", "ensemble", "lowrank"]

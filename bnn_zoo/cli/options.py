@@ -72,6 +72,14 @@ def count(text: str, least: int = 1, most: int | None = None, unit: str = "") ->
     return value
 
 
+def one_of(text: str, names) -> str:
+    """An argparse type: one of ``names`` (for a positional of nargs "*", whose ``choices`` argparse
+    checks against the empty list when none is given)."""
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(names)})")
+    return text
+
+
 def seed(text: str) -> int:
     return count(text, least=0)
 

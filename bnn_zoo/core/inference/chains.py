@@ -8,6 +8,7 @@ Usage::
     chains = nuts_chains(model, x, y, chains=4, num_samples=200, warmup_steps=200)
     probs = torch.stack([predict(model, s, x_test, None) for s in chains.samples])   # [4, S, N, C]
     max_r_hat, min_ess = predictive_convergence(probs)
+    share = (predictive_r_hats(probs) <= 1.05).double().mean()   # of the entries that move
 """
 from __future__ import annotations
 
@@ -97,13 +98,26 @@ def predictive_convergence(values: torch.Tensor) -> tuple[float, float]:
     quantity ``values`` [chains, S, ...] (each input's class probabilities, a regression's mean):
     R-hat near 1 where the chains agree. An entry at one value in every sample of every chain (a
     probability at 0) is left out; chains each stuck at a value of its own give R-hat inf."""
+    r_hat, moving = _split_r_hat(values)
+    if not moving.shape[-1]:
+        return 1.0, float("inf")
+    # only those: Pyro's effective sample size spreads one entry's NaN over all (its _cummin's max)
+    ess = effective_sample_size(moving, chain_dim=0, sample_dim=1)
+    return float(r_hat.max()), float(ess.nan_to_num(0.0).min())
+
+
+def predictive_r_hats(values: torch.Tensor) -> torch.Tensor:
+    """The split R-hat of each entry of ``values`` [chains, S, ...] that moves (as
+    ``predictive_convergence`` reads them), to say how many entries mix, not only the worst."""
+    return _split_r_hat(values)[0]
+
+
+def _split_r_hat(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if values.dim() < 2 or values.shape[1] < 4:
         raise ValueError(f"R-hat splits each chain in two halves: give [chains, S >= 4, ...], got {list(values.shape)}")
     values = values.double().flatten(2) if values.dim() > 2 else values.double().unsqueeze(-1)
     moving = values[..., values.flatten(0, 1).std(0) > 0]  # [chains, S, entries not all one value]
     if not moving.shape[-1]:
-        return 1.0, float("inf")
-    # only those: Pyro's effective sample size spreads one entry's NaN over all (its _cummin's max)
+        return torch.ones(0, dtype=torch.float64), moving
     r_hat = split_gelman_rubin(moving, chain_dim=0, sample_dim=1)
-    ess = effective_sample_size(moving, chain_dim=0, sample_dim=1)
-    return float(r_hat.nan_to_num(float("inf"), posinf=float("inf")).max()), float(ess.nan_to_num(0.0).min())
+    return r_hat.nan_to_num(float("inf"), posinf=float("inf")), moving

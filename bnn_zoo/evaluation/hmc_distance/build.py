@@ -1,7 +1,8 @@
 """An HMC reference built: several NUTS chains from different initializations over a run's training
 split (``bnn_zoo.core.inference.chains``), each chain's predictive on every set of inputs, and what
 says whether to trust it: the predictive's R-hat and effective sample size over the chains, and the
-chains' distance to one another (the floor no approximation can be told apart below).
+chains' distance to one another and from each chain to the pool of the others (the floor no
+approximation can be told apart below).
 
 Usage: ``reference = build_reference(plan, splits.train, image_sets(...), chains=4, num_samples=200,
 warmup_steps=200, built=provenance())``
@@ -13,7 +14,7 @@ from dataclasses import asdict
 import pyro
 import torch
 
-from ...core.inference.chains import nuts_chains, predictive_convergence
+from ...core.inference.chains import nuts_chains, predictive_convergence, predictive_r_hats
 from ...core.inference.predictive import predict
 from ...data.sets import TensorSet
 from ...runs.plans.factory import build_networks, build_twin
@@ -27,6 +28,7 @@ from .reference import Reference
 # A regression reference holds DRAWS draws of y at each input, an equal share from each chain's
 # samples; chain c's noise from seed SEEDS + c, apart from the seeds a scorer draws from (0, 1, ...)
 DRAWS, SEEDS = 1000, 10_000
+R_HAT = 1.05  # the predictive R-hat at or under which an entry counts as mixed
 
 
 def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: int, num_samples: int,
@@ -55,6 +57,9 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
         x_set = found.x.to(train.x.device)
         outputs = torch.stack([predict(model, samples, x_set, None) for samples in drawn.samples]).cpu()
         r_hat, ess = predictive_convergence(outputs)
+        r_hats = predictive_r_hats(outputs)  # of each entry that moves: how many mix, not only the worst
+        mixing = {"median_r_hat": float(r_hats.median()) if len(r_hats) else 1.0,
+                  f"share_r_hat_at_most_{R_HAT}": float((r_hats <= R_HAT).double().mean()) if len(r_hats) else 1.0}
         if regression:
             per_chain = [predictive_draws(o, DRAWS // chains, SEEDS + c) for c, o in enumerate(outputs)]
             predictive[found.name] = torch.cat(per_chain)
@@ -65,9 +70,10 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
         if found.y is not None:
             y[found.name] = found.y.cpu()
         hmc = model.likelihood.metrics(outputs.flatten(0, 1), found.y.cpu()) if found.y is not None else {}
-        described[found.name] = {"spec": found.spec, "inputs": len(found.x), "max_r_hat": r_hat, "min_ess": ess,
+        described[found.name] = {"spec": found.spec, "inputs": len(found.x), "max_r_hat": r_hat, "min_ess": ess, **mixing,
                                  "floor": chain_floor(per_chain, regression), "hmc": hmc}
-        log(f"  {found.name}: {len(found.x)} inputs, predictive R-hat <= {r_hat:.3f}, ESS >= {ess:.0f}, "
+        log(f"  {found.name}: {len(found.x)} inputs, predictive R-hat <= {r_hat:.3f} (median {mixing['median_r_hat']:.3f}, "
+            f"{100 * mixing[f'share_r_hat_at_most_{R_HAT}']:.1f}% of entries <= {R_HAT}), ESS >= {ess:.0f}, "
             f"chain-to-chain {described[found.name]['floor']}")
     recipe = {"task": "regression" if regression else "classification", "config": plan.stored(),
               "chains": [asdict(run) for run in drawn.runs], "num_samples": num_samples,

@@ -4,7 +4,8 @@ classification, top-1 agreement (the share of inputs where the two predictive di
 most probable classes are the same) and total variation (half the L1 distance between them,
 averaged over inputs); for regression, the 1-Wasserstein distance between the two sets of
 predictive draws at each input, averaged over inputs, as ``scipy.stats.wasserstein_distance``
-computes it. And the noise floor: the same distances between HMC's own chains, averaged over pairs.
+computes it. And the noise floor: the same distances between HMC's own chains, averaged over pairs,
+and from each chain to the pool of the others.
 
 Usage::
 
@@ -72,13 +73,23 @@ def predictive_draws(outputs: torch.Tensor, count: int = 1000, seed: int = 0) ->
 
 
 def chain_floor(per_chain: list[torch.Tensor], regression: bool) -> dict[str, float]:
-    """How far HMC's chains are from one another, each pair's distance averaged over the pairs:
-    ``per_chain`` holds each chain's predictive distribution [N, C] (agreement, total variation) or
-    its draws [S, N] (``w1``). A rung this close to HMC is as close as HMC can tell."""
+    """How far HMC's chains are from one another: each pair's distance averaged over the pairs
+    (``agreement``, ``total_variation``, or ``w1``), and each chain's distance to the pool of the
+    others, averaged over the chains (the same names after ``held_out_``): a rung scored against the
+    pool of every chain is as close as HMC can tell where it is as close as a chain is to the rest.
+    ``per_chain`` holds each chain's predictive distribution [N, C] or its draws [S, N]."""
     if len(per_chain) < 2:
         raise ValueError(f"the floor compares chains with one another: give at least two, got {len(per_chain)}")
     pairs = list(combinations(per_chain, 2))
-    if regression:
-        return {"w1": sum(wasserstein_1(a, b) for a, b in pairs) / len(pairs)}
-    return {"agreement": sum(agreement(p, q) for p, q in pairs) / len(pairs),
-            "total_variation": sum(total_variation(p, q) for p, q in pairs) / len(pairs)}
+    rest = [(chain, _pooled([other for j, other in enumerate(per_chain) if j != i], regression))
+            for i, chain in enumerate(per_chain)]
+    metrics = {"w1": wasserstein_1} if regression else {"agreement": agreement, "total_variation": total_variation}
+    floor = {name: sum(metric(a, b) for a, b in pairs) / len(pairs) for name, metric in metrics.items()}
+    floor.update({f"held_out_{name}": sum(metric(a, b) for a, b in rest) / len(rest)
+                  for name, metric in metrics.items()})
+    return floor
+
+
+def _pooled(chains: list[torch.Tensor], regression: bool) -> torch.Tensor:
+    """Chains as one: their draws together, or the mean of their predictive distributions."""
+    return torch.cat(chains) if regression else torch.stack(chains).mean(0)

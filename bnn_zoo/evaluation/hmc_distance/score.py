@@ -26,7 +26,8 @@ from .reference import Reference
 class SetDistance:
     """How far a predictive is from HMC's on one set of inputs: top-1 agreement and total variation
     (classification) or the 1-Wasserstein distance (regression), and the same between HMC's own
-    chains (``floor``); ``times_floor``: the distance over the floor's (total variation, or W1)."""
+    chains (``floor``); ``times_floor``: the distance (total variation, or W1) over the floor's from a
+    chain to the pool of the others (a reference built before that was kept: from chain to chain)."""
 
     inputs: int
     floor: dict
@@ -35,16 +36,25 @@ class SetDistance:
     w1: Optional[float] = None
 
     @property
+    def metric(self) -> str:
+        """The distance ``times_floor`` divides: "w1" or "total_variation"."""
+        return "w1" if self.w1 is not None else "total_variation"
+
+    @property
+    def floor_value(self) -> float:
+        """The floor ``times_floor`` divides by: a chain's distance to the others' pool, where recorded."""
+        return self.floor.get(f"held_out_{self.metric}", self.floor[self.metric])
+
+    @property
     def times_floor(self) -> float:
-        distance, floor = (self.w1, self.floor["w1"]) if self.w1 is not None else (self.total_variation,
-                                                                                  self.floor["total_variation"])
-        return distance / floor if floor > 0 else float("inf")
+        return getattr(self, self.metric) / self.floor_value if self.floor_value > 0 else float("inf")
 
     def __str__(self) -> str:
+        times = f"{self.times_floor:.1f}x a chain's {self.floor_value:.4f} from the others"
         if self.w1 is not None:
-            return f"W1 {self.w1:.4f} ({self.times_floor:.1f}x the chains' {self.floor['w1']:.4f})"
-        return (f"agreement {self.agreement:.4f}, total variation {self.total_variation:.4f} ({self.times_floor:.1f}x "
-                f"the chains' {self.floor['total_variation']:.4f}; their agreement {self.floor['agreement']:.4f})")
+            return f"W1 {self.w1:.4f} ({times})"
+        return (f"agreement {self.agreement:.4f}, total variation {self.total_variation:.4f} ({times}; "
+                f"chain to chain {self.floor['total_variation']:.4f}, agreement {self.floor['agreement']:.4f})")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bnn_zoo import build, predict
-from bnn_zoo.core.inference.chains import fresh_start, nuts_chains, predictive_convergence
+from bnn_zoo.core.inference.chains import fresh_start, nuts_chains, predictive_convergence, predictive_r_hats
 
 
 def _toy():
@@ -47,6 +47,10 @@ def test_predictive_r_hat_is_near_one_where_chains_agree_and_large_where_they_do
     assert r_hat < 1.01 and ess > 1000
     apart = agree + torch.arange(4.0)[:, None, None, None]  # each chain about its own mean
     assert predictive_convergence(apart)[0] > 1.5
+    half = torch.cat([agree[..., :1], apart[..., 1:]], -1)  # the first of each input's two entries mixes
+    each = predictive_r_hats(half)
+    assert each.shape == (6,) and each.max() == predictive_convergence(half)[0]
+    assert (each <= 1.05).tolist() == [True, False] * 3
     stuck = torch.zeros(2, 8, 1)
     stuck[1] = 1.0  # each chain at a value of its own: no within-chain spread at all
     assert predictive_convergence(stuck)[0] == float("inf")
@@ -57,5 +61,6 @@ def test_entries_at_one_value_everywhere_are_left_out_of_r_hat():
     probs = torch.cat([torch.randn(4, 200, 5, 1, generator=g), torch.zeros(4, 200, 5, 1)], -1)
     assert predictive_convergence(probs) == predictive_convergence(probs[..., :1])
     assert predictive_convergence(torch.zeros(4, 8, 3)) == (1.0, float("inf"))
+    assert torch.equal(predictive_r_hats(probs), predictive_r_hats(probs[..., :1])) and len(predictive_r_hats(probs)) == 5
     with pytest.raises(ValueError, match="two halves"):
         predictive_convergence(torch.zeros(4, 3, 2))

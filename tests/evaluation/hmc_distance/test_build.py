@@ -38,8 +38,11 @@ def test_a_toy_reference_holds_each_chain_s_draws_and_their_floor(tmp_path):
         per_chain = [predictive_draws(predict(model, s, x, None), DRAWS // 2, SEEDS + c)
                      for c, s in enumerate(drawn.samples)]
         assert torch.equal(reference.predictive[name], torch.cat(per_chain))
-        assert reference.floor(name) == {"w1": wasserstein_1(*per_chain)}  # two chains: one pair
-        assert reference.recipe["sets"][name]["max_r_hat"] >= 1.0
+        apart = wasserstein_1(*per_chain)  # two chains: one pair, and each chain's rest is the other
+        assert reference.floor(name) == {"w1": apart, "held_out_w1": apart}
+        described = reference.recipe["sets"][name]
+        assert described["max_r_hat"] >= described["median_r_hat"]  # split R-hat, of 2-sample halves here
+        assert 0 <= described["share_r_hat_at_most_1.05"] <= 1
     assert reference.recipe["sets"]["test"]["hmc"].keys() == {"rmse", "nll"} and reference.y.keys() == {"test"}
     recipe = reference.recipe
     assert [c["seed"] for c in recipe["chains"]] == [0, 1] and recipe["max_tree_depth"] == 3
@@ -67,4 +70,6 @@ def test_a_classifier_s_reference_holds_the_pooled_probabilities_and_the_chains_
         assert floor["total_variation"] == pytest.approx(sum(total_variation(per_chain[i], per_chain[j])
                                                              for i, j in pairs) / 3)
         assert floor["agreement"] == pytest.approx(sum(agreement(per_chain[i], per_chain[j]) for i, j in pairs) / 3)
+        rest = [(per_chain[i], (per_chain[j] + per_chain[k]) / 2) for i, j, k in [(0, 1, 2), (1, 0, 2), (2, 0, 1)]]
+        assert floor["held_out_total_variation"] == pytest.approx(sum(total_variation(*p) for p in rest) / 3)
     assert reference.recipe["sets"]["fog"]["hmc"].keys() == {"accuracy", "nll"} and "notmnist" not in reference.y

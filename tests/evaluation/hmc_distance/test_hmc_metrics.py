@@ -61,12 +61,18 @@ def test_predictive_draws_follow_the_mixture_of_the_samples():
     assert torch.equal(predictive_draws(outputs, 10, seed=3), predictive_draws(outputs, 10, seed=3))
 
 
-def test_the_floor_averages_each_pair_of_chains():
-    chains = [P, Q, P]  # pairs (P, Q), (P, P), (Q, P)
+def test_the_floor_averages_each_pair_of_chains_and_each_chain_against_the_others_pool():
+    chains = [P, Q, P]  # pairs (P, Q), (P, P), (Q, P); each against the rest: P to (Q+P)/2, Q to P, P to (P+Q)/2
     floor = chain_floor(chains, regression=False)
     assert floor["agreement"] == pytest.approx((0.5 + 1 + 0.5) / 3)
     assert floor["total_variation"] == pytest.approx(2 * total_variation(P, Q) / 3)
+    assert floor["held_out_total_variation"] == pytest.approx((2 * total_variation(P, (P + Q) / 2)
+                                                               + total_variation(Q, P)) / 3)
     draws = torch.tensor([[0.0], [1.0]])
-    assert chain_floor([draws, draws + 3], regression=True) == {"w1": pytest.approx(3.0)}
+    assert chain_floor([draws, draws + 3], regression=True) == {"w1": pytest.approx(3.0), "held_out_w1": pytest.approx(3.0)}
+    # draws {0, 1} against {3, 4, 6, 7}: quantiles matched a quarter each, (3 + 4 + 5 + 6) / 4 = 4.5; {3, 4}
+    # against {0, 1, 6, 7}: (3 + 2 + 2 + 3) / 4 = 2.5; {6, 7} as {0, 1}
+    three = chain_floor([draws, draws + 3, draws + 6], regression=True)
+    assert three == {"w1": pytest.approx((3 + 6 + 3) / 3), "held_out_w1": pytest.approx((4.5 + 2.5 + 4.5) / 3)}
     with pytest.raises(ValueError, match="at least two"):
         chain_floor([P], regression=False)

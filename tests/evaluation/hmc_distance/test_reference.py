@@ -88,7 +88,7 @@ def test_a_damaged_file_or_one_that_needs_pickle_is_refused_in_one_line(tmp_path
 def test_an_unknown_name_says_what_can_be_given():
     with pytest.raises(CheckpointError) as refused:
         Reference.read("nope")
-    assert str(refused.value) == ("no HMC reference 'nope': give a shipped one (toy_mlp_hmc, toy_sinusoid_hmc), or the "
+    assert str(refused.value) == ("no HMC reference 'nope': give a shipped one (mnist_mlp_hmc, toy_mlp_hmc, toy_sinusoid_hmc), or the "
                                   "path of a .npz that python scripts/hmc_reference.py CONFIG --out FILE.npz wrote")
 
 
@@ -116,3 +116,27 @@ def test_a_reference_of_mnist_s_test_set_and_two_shifted_sets_stays_under_a_mega
     Reference("big", {"task": "classification", "sets": sets}, probs, {}, labels).write(tmp_path / "big.npz")
     assert (tmp_path / "big.npz").stat().st_size < 1e6
     assert torch.equal(Reference.read(tmp_path / "big.npz").y["fog"], labels["fog"])
+
+
+@pytest.mark.parametrize("name", ["mnist_mlp_hmc", "toy_mlp_hmc", "toy_sinusoid_hmc"])
+def test_each_shipped_reference_reads_under_a_megabyte_with_both_floors_and_scores_itself_at_zero(name):
+    """What ships: found by name, its digest checked on reading, under 1 MB, every set's floors (chain to
+    chain, and a chain to the others' pool, which sits nearer: the pool is between its chains), and its
+    own predictive scored against it at agreement 1 and distance 0."""
+    from bnn_zoo.evaluation.hmc_distance.reference import shipped_references
+    from bnn_zoo.evaluation.hmc_distance.score import set_distance
+    from bnn_zoo.runs.storage.loading import SHIPPED
+
+    assert name in shipped_references() and (SHIPPED / f"{name}.npz").stat().st_size < 1e6
+    reference = Reference.read(name)
+    assert len(reference.recipe["chains"]) == 4
+    for set_name in reference.sets:
+        floor = reference.floor(set_name)
+        metric = "w1" if reference.regression else "total_variation"
+        assert 0 < floor[f"held_out_{metric}"] <= floor[metric]
+        own = reference.predictive[set_name]
+        found = set_distance(reference, set_name, own if reference.regression else own.unsqueeze(0))
+        assert found.times_floor == 0.0 and (reference.regression or found.agreement == 1.0)
+    if name == "mnist_mlp_hmc":  # the competition's published form: MNIST's whole test set, 10 classes
+        assert reference.predictive["test"].shape == (10000, 10) and reference.sets == ["test", "notmnist", "fog"]
+        assert torch.allclose(reference.predictive["test"].sum(-1), torch.ones(10000), atol=1e-2)
