@@ -6,7 +6,7 @@ and effective sample size over the chains and the chain-to-chain floor printed; 
 one .npz file (no pickle) with its recipe and digest, for bnn_zoo.against_hmc and
 scripts/distance_to_hmc.py to score against.
 
-Usage: python scripts/hmc_reference.py mnist_mlp_hmc [--chains 4] [--samples 200] [--warmup 200]
+Usage: python scripts/hmc_reference.py mnist_mlp_hmc [--chains 4] [--jobs 1] [--samples 200] [--warmup 200]
            [--out bnn_zoo/shipped/mnist_mlp_hmc.npz] [--test-size 10000] [--override data.train_limit=5000]
 """
 import sys
@@ -27,6 +27,8 @@ def main(argv=None) -> int:
     parser.add_argument("config", help=f"the network and data: {', '.join(PROBLEMS)}, or another config")
     parser.add_argument("--chains", type=lambda t: cli.count(t, least=2), default=4,
                         help="NUTS chains, each from its own initialization and seed (default 4)")
+    parser.add_argument("--jobs", type=cli.count, default=1, help="chains run at a time, each in a process of "
+                        "its own with the network's torch threads (default 1; CPU only)")
     parser.add_argument("--samples", type=cli.count, default=None,
                         help="samples a chain keeps (default mcmc.num_samples)")
     parser.add_argument("--warmup", type=lambda t: cli.count(t, least=0), default=None,
@@ -53,10 +55,11 @@ def main(argv=None) -> int:
         sets = problem.sets(plan, args.data_root, args.test_size, args.ood_size, args.shift_size)
         reference = build_reference(plan, splits.train, sets, args.chains, args.samples or plan.mcmc.num_samples,
                                     plan.mcmc.warmup_steps if args.warmup is None else args.warmup, out.stem,
-                                    provenance(), args.tree_depth, args.progress)
+                                    provenance(), args.tree_depth, args.progress, args.jobs)
         reference.write(out)
-        print(f"{out}: {out.stat().st_size / 1e6:.2f} MB, {reference.recipe['seconds']:.0f} s of NUTS "
-              f"({provenance()['machine']})")
+        recipe = reference.recipe
+        print(f"{out}: {out.stat().st_size / 1e6:.2f} MB, {recipe['seconds']:.0f} s of NUTS, {recipe['wall_seconds']:.0f} s "
+              f"from start to end ({provenance()['machine']})")
         return 0
 
     return cli.run(command)

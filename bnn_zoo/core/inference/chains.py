@@ -1,19 +1,21 @@
-"""Several NUTS chains over a Bayesian network's weights, one after another in this process, each
-from its own initialization and seed, and whether they agree where it matters: the R-hat and
+"""Several NUTS chains over a Bayesian network's weights, one after another in this process or side
+by side in worker processes (CPU), each from its own initialization and seed, and whether they agree where it matters: the R-hat and
 effective sample size of the predictive (a network's weights have symmetric copies, so the chains
 may disagree on every weight and still describe the same function).
 
 Usage::
 
-    chains = nuts_chains(model, x, y, chains=4, num_samples=200, warmup_steps=200)
+    chains = nuts_chains(model, x, y, chains=4, num_samples=200, warmup_steps=200)   # jobs=2: two at a time
     probs = torch.stack([predict(model, s, x_test, None) for s in chains.samples])   # [4, S, N, C]
-    max_r_hat, min_ess = predictive_convergence(probs)
-    share = (predictive_r_hats(probs) <= 1.05).double().mean()   # of the entries that move
+    mixing = predictive_convergence(probs)
+    mixing.max_r_hat, mixing.min_ess, mixing.share_at_most(1.05)   # the share: of the entries that move
 """
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -44,9 +46,11 @@ class Chains:
     num_samples: int
     warmup_steps: int
     max_tree_depth: int
+    wall_seconds: float  # from the first chain's start to the last one's end (chains side by side: less than seconds)
 
     @property
     def seconds(self) -> float:
+        """The chains' seconds added up."""
         return sum(run.seconds for run in self.runs)
 
     def pooled(self) -> dict[str, torch.Tensor]:
@@ -69,47 +73,80 @@ def fresh_start(model: BayesianNet, seed: int) -> dict[str, torch.Tensor]:
 
 def nuts_chains(model: BayesianNet, x: torch.Tensor, y: torch.Tensor, chains: int = 4, num_samples: int = 200,
                 warmup_steps: int = 200, max_tree_depth: int = 8, target_accept: float = 0.8, seed: int = 0,
-                progress: bool = False) -> Chains:
-    """``chains`` NUTS chains on the full data (x, y), one after another: chain c draws from seed
-    ``seed + c`` and starts at the plain network's initialization under that seed (chain 0 at the
-    model's own, where ``nuts_posterior`` starts). The caller's random streams are left as they were."""
-    if chains < 1 or num_samples < 1 or warmup_steps < 0:
-        raise ValueError(f"need at least one chain of at least one sample, got {chains} chains of {num_samples} "
-                         f"after {warmup_steps} warm-up steps")
-    samples, runs = [], []
-    for c in range(chains):
-        start = ({k: v.to(model.device) for k, v in model.init_values.items()} if c == 0 else
-                 fresh_start(model, seed + c))
-        kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept,
-                      init_strategy=init_to_value(values=start))
-        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=not progress)
-        began = time.perf_counter()
-        with seeded(seed + c, model.device):
-            mcmc.run(x, y)
-        diagnostics = mcmc.diagnostics()
-        samples.append({name: value.detach() for name, value in mcmc.get_samples().items()})
-        runs.append(Chain(seed + c, time.perf_counter() - began, float(diagnostics["acceptance rate"]["chain 0"]),
-                          len(diagnostics["divergences"]["chain 0"])))
-    return Chains(samples, runs, num_samples, warmup_steps, max_tree_depth)
+                progress: bool = False, jobs: int = 1) -> Chains:
+    """``chains`` NUTS chains on the full data (x, y): chain c draws from seed ``seed + c`` and starts
+    at the plain network's initialization under that seed (chain 0 at the model's own, where
+    ``nuts_posterior`` starts). ``jobs`` > 1 runs that many at a time in worker processes (CPU only),
+    each with this process's torch threads: the same samples as one after another. The caller's
+    random streams are left as they were."""
+    if chains < 1 or num_samples < 1 or warmup_steps < 0 or jobs < 1:
+        raise ValueError(f"need at least one chain of at least one sample on at least one job, got {chains} chains of "
+                         f"{num_samples} after {warmup_steps} warm-up steps on {jobs} jobs")
+    if jobs > 1 and model.device.type != "cpu":
+        raise ValueError(f"chains run side by side in CPU processes; on {model.device} run them one after another (jobs=1)")
+    starts = [{k: v.to(model.device) for k, v in model.init_values.items()} if c == 0 else fresh_start(model, seed + c)
+              for c in range(chains)]
+    work = [(model, x, y, start, seed + c, num_samples, warmup_steps, max_tree_depth, target_accept, progress)
+            for c, start in enumerate(starts)]
+    began = time.perf_counter()
+    if jobs == 1:
+        done = [_chain(*args) for args in work]
+    else:  # spawned, not forked: a fork of a process with torch's threads running can hang
+        with ProcessPoolExecutor(min(jobs, chains), multiprocessing.get_context("spawn"), torch.set_num_threads,
+                                 (torch.get_num_threads(),)) as pool:
+            done = list(pool.map(_chain, *zip(*work)))
+    return Chains([samples for samples, _ in done], [run for _, run in done], num_samples, warmup_steps,
+                  max_tree_depth, time.perf_counter() - began)
 
 
-def predictive_convergence(values: torch.Tensor) -> tuple[float, float]:
-    """(largest split R-hat, smallest effective sample size) over the entries of a predictive
-    quantity ``values`` [chains, S, ...] (each input's class probabilities, a regression's mean):
-    R-hat near 1 where the chains agree. An entry at one value in every sample of every chain (a
-    probability at 0) is left out; chains each stuck at a value of its own give R-hat inf."""
-    r_hat, moving = _split_r_hat(values)
+def _chain(model: BayesianNet, x: torch.Tensor, y: torch.Tensor, start: dict[str, torch.Tensor], seed: int,
+           num_samples: int, warmup_steps: int, max_tree_depth: int, target_accept: float,
+           progress: bool) -> tuple[dict[str, torch.Tensor], Chain]:
+    """One chain from ``start`` under ``seed``: its samples {site: [S, *shape]} and what it did."""
+    kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept,
+                  init_strategy=init_to_value(values=start))
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=not progress)
+    began = time.perf_counter()
+    with seeded(seed, model.device):
+        mcmc.run(x, y)
+    diagnostics = mcmc.diagnostics()
+    samples = {name: value.detach() for name, value in mcmc.get_samples().items()}
+    return samples, Chain(seed, time.perf_counter() - began, float(diagnostics["acceptance rate"]["chain 0"]),
+                          len(diagnostics["divergences"]["chain 0"]))
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Whether chains agree on a predictive quantity: the split R-hat of each of its entries that
+    moves (near 1 where the chains agree; inf where each chain sits at a value of its own) and the
+    smallest effective sample size among them."""
+
+    r_hats: torch.Tensor
+    min_ess: float
+
+    @property
+    def max_r_hat(self) -> float:
+        return float(self.r_hats.max()) if len(self.r_hats) else 1.0
+
+    @property
+    def median_r_hat(self) -> float:
+        return float(self.r_hats.median()) if len(self.r_hats) else 1.0
+
+    def share_at_most(self, bound: float) -> float:
+        """The share of the moving entries whose R-hat is at most ``bound``: how many mix, not only the worst."""
+        return float((self.r_hats <= bound).double().mean()) if len(self.r_hats) else 1.0
+
+
+def predictive_convergence(values: torch.Tensor) -> Convergence:
+    """The split R-hat and effective sample size over the entries of a predictive quantity ``values``
+    [chains, S, ...] (each input's class probabilities, a regression's mean). An entry at one value
+    in every sample of every chain (a probability at 0) is left out."""
+    r_hats, moving = _split_r_hat(values)
     if not moving.shape[-1]:
-        return 1.0, float("inf")
+        return Convergence(r_hats, float("inf"))
     # only those: Pyro's effective sample size spreads one entry's NaN over all (its _cummin's max)
     ess = effective_sample_size(moving, chain_dim=0, sample_dim=1)
-    return float(r_hat.max()), float(ess.nan_to_num(0.0).min())
-
-
-def predictive_r_hats(values: torch.Tensor) -> torch.Tensor:
-    """The split R-hat of each entry of ``values`` [chains, S, ...] that moves (as
-    ``predictive_convergence`` reads them), to say how many entries mix, not only the worst."""
-    return _split_r_hat(values)[0]
+    return Convergence(r_hats, float(ess.nan_to_num(0.0).min()))
 
 
 def _split_r_hat(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

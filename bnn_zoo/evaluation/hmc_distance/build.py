@@ -5,7 +5,7 @@ chains' distance to one another and from each chain to the pool of the others (t
 approximation can be told apart below).
 
 Usage: ``reference = build_reference(plan, splits.train, image_sets(...), chains=4, num_samples=200,
-warmup_steps=200, built=provenance())``
+warmup_steps=200, built=provenance(), jobs=2)``
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import asdict
 import pyro
 import torch
 
-from ...core.inference.chains import nuts_chains, predictive_convergence, predictive_r_hats
+from ...core.inference.chains import nuts_chains, predictive_convergence
 from ...core.inference.predictive import predict
 from ...data.sets import TensorSet
 from ...runs.plans.factory import build_networks, build_twin
@@ -33,10 +33,11 @@ R_HAT = 1.05  # the predictive R-hat at or under which an entry counts as mixed
 
 def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: int, num_samples: int,
                     warmup_steps: int, name: str, built: dict, max_tree_depth: int | None = None,
-                    progress: bool = False, log=print) -> Reference:
+                    progress: bool = False, jobs: int = 1, log=print) -> Reference:
     """HMC's reference predictive for the network ``plan`` describes, trained on ``train``, over
     ``sets``: ``chains`` NUTS chains of ``num_samples`` after ``warmup_steps`` (chain c from seed
-    plan.seed + c), with ``built`` (the command, commit and machine) in its recipe."""
+    plan.seed + c; ``jobs`` of them at a time, in worker processes), with ``built`` (the command,
+    commit and machine) in its recipe."""
     pyro.set_rng_seed(plan.seed)  # the model's own initialization, where chain 0 starts
     model, _ = build_networks(plan.networks, len(train), train.x.device)
     depth = max_tree_depth or plan.mcmc.max_tree_depth
@@ -44,10 +45,10 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
         plain = build_twin(plan.networks)
     threads, why = step_threads(plan.train.threads, plain, plan.networks.recipe.input_shape, len(train), train.x.device)
     log(f"{name}: {chains} NUTS chains of {num_samples} samples after {warmup_steps} warm-up steps, tree depth <= "
-        f"{depth}, on {len(train)} training examples; {why}")
+        f"{depth}, on {len(train)} training examples, {jobs} at a time; {why}")
     with cpu_threads(threads):
         drawn = nuts_chains(model, train.x, train.y, chains, num_samples, warmup_steps, depth,
-                            plan.mcmc.target_accept, plan.seed, progress)
+                            plan.mcmc.target_accept, plan.seed, progress, jobs)
     for run in drawn.runs:
         log(f"  chain from seed {run.seed}: {run.seconds:.0f} s, acceptance {run.acceptance_rate:.2f}, "
             f"{run.divergences} divergent")
@@ -56,10 +57,9 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
     for found in sets:
         x_set = found.x.to(train.x.device)
         outputs = torch.stack([predict(model, samples, x_set, None) for samples in drawn.samples]).cpu()
-        r_hat, ess = predictive_convergence(outputs)
-        r_hats = predictive_r_hats(outputs)  # of each entry that moves: how many mix, not only the worst
-        mixing = {"median_r_hat": float(r_hats.median()) if len(r_hats) else 1.0,
-                  f"share_r_hat_at_most_{R_HAT}": float((r_hats <= R_HAT).double().mean()) if len(r_hats) else 1.0}
+        convergence = predictive_convergence(outputs)
+        mixing = {"max_r_hat": convergence.max_r_hat, "min_ess": convergence.min_ess,
+                  "median_r_hat": convergence.median_r_hat, f"share_r_hat_at_most_{R_HAT}": convergence.share_at_most(R_HAT)}
         if regression:
             per_chain = [predictive_draws(o, DRAWS // chains, SEEDS + c) for c, o in enumerate(outputs)]
             predictive[found.name] = torch.cat(per_chain)
@@ -70,13 +70,14 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
         if found.y is not None:
             y[found.name] = found.y.cpu()
         hmc = model.likelihood.metrics(outputs.flatten(0, 1), found.y.cpu()) if found.y is not None else {}
-        described[found.name] = {"spec": found.spec, "inputs": len(found.x), "max_r_hat": r_hat, "min_ess": ess, **mixing,
+        described[found.name] = {"spec": found.spec, "inputs": len(found.x), **mixing,
                                  "floor": chain_floor(per_chain, regression), "hmc": hmc}
-        log(f"  {found.name}: {len(found.x)} inputs, predictive R-hat <= {r_hat:.3f} (median {mixing['median_r_hat']:.3f}, "
-            f"{100 * mixing[f'share_r_hat_at_most_{R_HAT}']:.1f}% of entries <= {R_HAT}), ESS >= {ess:.0f}, "
+        log(f"  {found.name}: {len(found.x)} inputs, predictive R-hat <= {mixing['max_r_hat']:.3f} (median {mixing['median_r_hat']:.3f}, "
+            f"{100 * mixing[f'share_r_hat_at_most_{R_HAT}']:.1f}% of entries <= {R_HAT}), ESS >= {mixing['min_ess']:.0f}, "
             f"chain-to-chain {described[found.name]['floor']}")
     recipe = {"task": "regression" if regression else "classification", "config": plan.stored(),
               "chains": [asdict(run) for run in drawn.runs], "num_samples": num_samples,
-              "warmup_steps": warmup_steps, "max_tree_depth": depth, "seconds": drawn.seconds, "threads": threads,
+              "warmup_steps": warmup_steps, "max_tree_depth": depth, "seconds": drawn.seconds, "wall_seconds": drawn.wall_seconds,
+              "jobs": jobs, "threads": threads,
               "built": built, "sets": described}
     return Reference(name, recipe, predictive, x, y)

@@ -21,6 +21,7 @@ from ...runs.plans.plan import Plan
 from ...runs.storage.loading import load
 from ...runs.storage.trained import posteriors
 from .inputs import InputSet, image_sets, toy_sets
+from .metrics import floor_prefix
 from .reference import Reference
 from .score import set_distance
 
@@ -132,8 +133,8 @@ def markdown(rows: list[Row], reference: Reference) -> str:
     floors = [(f"HMC, {chains} chains (distances: chain to chain)", "",
                [_figure(first, hmc.get(first)), _figure("nll", hmc.get("nll")),
                 f"{reference.recipe['seconds']:.0f} (all chains)"])]
-    if any(key.startswith("held_out_") for key in reference.floor("test")):  # a reference built since it was kept
-        floors.append(("HMC: a chain to the others' pool (the floor)", "held_out_", ["", "", ""]))
+    if floor_prefix(reference.floor("test")):  # a reference built since it was kept
+        floors.append(("HMC: a chain to the others' pool (the floor)", floor_prefix(reference.floor("test")), ["", "", ""]))
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for label, prefix, cells in floors:
         for name in reference.sets:

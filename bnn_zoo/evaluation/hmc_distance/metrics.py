@@ -18,6 +18,8 @@ from itertools import combinations
 
 import torch
 
+HELD_OUT = "held_out_"  # a floor's figures from each chain to the pool of the others
+
 
 def _distributions(p: torch.Tensor, q: torch.Tensor) -> None:
     if p.dim() != 2 or p.shape != q.shape:
@@ -85,9 +87,15 @@ def chain_floor(per_chain: list[torch.Tensor], regression: bool) -> dict[str, fl
             for i, chain in enumerate(per_chain)]
     metrics = {"w1": wasserstein_1} if regression else {"agreement": agreement, "total_variation": total_variation}
     floor = {name: sum(metric(a, b) for a, b in pairs) / len(pairs) for name, metric in metrics.items()}
-    floor.update({f"held_out_{name}": sum(metric(a, b) for a, b in rest) / len(rest)
+    floor.update({f"{HELD_OUT}{name}": sum(metric(a, b) for a, b in rest) / len(rest)
                   for name, metric in metrics.items()})
     return floor
+
+
+def floor_prefix(floor: dict[str, float]) -> str:
+    """Which of a ``chain_floor`` a distance is measured against: each chain to the others' pool
+    (``HELD_OUT``), where it is recorded; chain to chain ("") in a reference kept from before."""
+    return HELD_OUT if any(key.startswith(HELD_OUT) for key in floor) else ""
 
 
 def _pooled(chains: list[torch.Tensor], regression: bool) -> torch.Tensor:

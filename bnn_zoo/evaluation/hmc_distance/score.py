@@ -18,7 +18,7 @@ import torch
 
 from ...core.inference.predictive import predict, seeded
 from ...posterior import Posterior
-from .metrics import agreement, predictive_draws, total_variation, wasserstein_1
+from .metrics import agreement, floor_prefix, predictive_draws, total_variation, wasserstein_1
 from .reference import Reference
 
 
@@ -43,7 +43,7 @@ class SetDistance:
     @property
     def floor_value(self) -> float:
         """The floor ``times_floor`` divides by: a chain's distance to the others' pool, where recorded."""
-        return self.floor.get(f"held_out_{self.metric}", self.floor[self.metric])
+        return self.floor[floor_prefix(self.floor) + self.metric]
 
     @property
     def times_floor(self) -> float:

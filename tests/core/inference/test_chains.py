@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bnn_zoo import build, predict
-from bnn_zoo.core.inference.chains import fresh_start, nuts_chains, predictive_convergence, predictive_r_hats
+from bnn_zoo.core.inference.chains import fresh_start, nuts_chains, predictive_convergence
 
 
 def _toy():
@@ -40,27 +40,42 @@ def test_chains_start_apart_are_seeded_and_leave_the_caller_s_streams_alone():
     assert predict(model, first.pooled(), _toy()[0], None).shape == (8, 4, 2)
 
 
+def test_chains_side_by_side_in_processes_draw_what_one_after_another_draws():
+    model, _ = build("toy_mlp", num_data=4, hidden=[4])
+    serial = nuts_chains(model, *_toy(), chains=3, num_samples=5, warmup_steps=5, max_tree_depth=3, seed=2)
+    before = torch.get_rng_state()
+    side = nuts_chains(model, *_toy(), chains=3, num_samples=5, warmup_steps=5, max_tree_depth=3, seed=2, jobs=2)
+    assert torch.equal(torch.get_rng_state(), before) and [run.seed for run in side.runs] == [2, 3, 4]
+    assert [(r.acceptance_rate, r.divergences) for r in side.runs] == [(r.acceptance_rate, r.divergences) for r in serial.runs]
+    for mine, theirs in zip(side.samples, serial.samples):
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[site], theirs[site]) for site in mine)
+    assert side.wall_seconds > 0 and side.seconds == sum(run.seconds for run in side.runs)
+    with pytest.raises(ValueError, match="at least one job"):
+        nuts_chains(model, *_toy(), chains=2, jobs=0)
+
+
 def test_predictive_r_hat_is_near_one_where_chains_agree_and_large_where_they_do_not():
     g = torch.Generator().manual_seed(0)
     agree = torch.randn(4, 500, 3, 2, generator=g)  # four chains, 500 draws of one distribution
-    r_hat, ess = predictive_convergence(agree)
-    assert r_hat < 1.01 and ess > 1000
+    mixing = predictive_convergence(agree)
+    assert mixing.max_r_hat < 1.01 and mixing.min_ess > 1000 and mixing.share_at_most(1.05) == 1.0
     apart = agree + torch.arange(4.0)[:, None, None, None]  # each chain about its own mean
-    assert predictive_convergence(apart)[0] > 1.5
-    half = torch.cat([agree[..., :1], apart[..., 1:]], -1)  # the first of each input's two entries mixes
-    each = predictive_r_hats(half)
-    assert each.shape == (6,) and each.max() == predictive_convergence(half)[0]
-    assert (each <= 1.05).tolist() == [True, False] * 3
+    assert predictive_convergence(apart).max_r_hat > 1.5 and predictive_convergence(apart).share_at_most(1.05) == 0.0
+    half = predictive_convergence(torch.cat([agree[..., :1], apart[..., 1:]], -1))  # the first of each input's two entries mixes
+    assert half.r_hats.shape == (6,) and half.max_r_hat == float(half.r_hats.max())
+    assert (half.r_hats <= 1.05).tolist() == [True, False] * 3 and half.share_at_most(1.05) == 0.5
+    assert half.median_r_hat == float(half.r_hats.median()) and half.median_r_hat < 1.05
     stuck = torch.zeros(2, 8, 1)
     stuck[1] = 1.0  # each chain at a value of its own: no within-chain spread at all
-    assert predictive_convergence(stuck)[0] == float("inf")
+    assert predictive_convergence(stuck).max_r_hat == float("inf")
 
 
 def test_entries_at_one_value_everywhere_are_left_out_of_r_hat():
     g = torch.Generator().manual_seed(1)
     probs = torch.cat([torch.randn(4, 200, 5, 1, generator=g), torch.zeros(4, 200, 5, 1)], -1)
-    assert predictive_convergence(probs) == predictive_convergence(probs[..., :1])
-    assert predictive_convergence(torch.zeros(4, 8, 3)) == (1.0, float("inf"))
-    assert torch.equal(predictive_r_hats(probs), predictive_r_hats(probs[..., :1])) and len(predictive_r_hats(probs)) == 5
+    mixing, first = predictive_convergence(probs), predictive_convergence(probs[..., :1])
+    assert torch.equal(mixing.r_hats, first.r_hats) and len(mixing.r_hats) == 5 and mixing.min_ess == first.min_ess
+    none = predictive_convergence(torch.zeros(4, 8, 3))
+    assert (none.max_r_hat, none.median_r_hat, none.share_at_most(1.05), none.min_ess) == (1.0, 1.0, 1.0, float("inf"))
     with pytest.raises(ValueError, match="two halves"):
         predictive_convergence(torch.zeros(4, 3, 2))
