@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..data.shifted.corruptions import CORRUPTIONS
-from ..data.shifted.ood_sets import OOD_SETS, own_set_problem
+from ..data.shifted.ood_sets import OOD_SETS, ood_entry_problem
 from ..runs.storage.files import check_writable, write_atomic
 from ..runs.storage.loading import is_shipped, run_folder, shadowed
 from . import options as cli
@@ -36,12 +36,9 @@ QUICK_TEST, QUICK_OOD, FULL_OOD = 2000, 1000, 10000
 
 
 def ood_name(text: str) -> str:
-    """An --ood entry: a named set, or NAME=FOLDER of images (checked as a run's data.ood is: ``own_set_problem``)."""
-    name, _, folder = text.partition("=")
-    if name not in OOD_SETS and not (folder and name):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither an OOD set ({', '.join(OOD_SETS)}) nor NAME=FOLDER")
-    if folder and (problem := own_set_problem(name, folder)) is not None:
-        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
+    """An --ood entry: a named set, or NAME=FOLDER of images (``ood_entry_problem``)."""
+    if (problem := ood_entry_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

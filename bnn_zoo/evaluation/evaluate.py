@@ -25,7 +25,7 @@ from ..core.networks.likelihoods import Categorical
 from ..core.inference.predictive import seeded
 from ..data.folders import image_files
 from ..data.inputs import image_inputs, pixel_inputs
-from ..data.shifted.ood_sets import ood_images, overlaid_digits
+from ..data.shifted.ood_sets import ood_entry_problem, ood_images, overlaid_digits
 from ..data.sets import run_data_root, run_split
 from ..runs.plans.checks import pick_device
 from ..runs.training.cost import Cost as Measure
@@ -136,6 +136,10 @@ def evaluate_run(run_dir: str | Path, num_samples: int = 100, seed: int = 0, rul
     its alarm on, by the after-alarm rule, unless not ``act_on_alarm``), the length of each set's
     stream the shift alarm watches too; ``references``: also fit each rung's feature density and its
     sets at 90/95/99% on the run's own splits (``split_fits``: as costly as the test set's predictions)."""
+    if isinstance(ood, str):  # its letters would be read as the entries
+        raise ConfigError(f"ood is a sequence of entries, not one string: give ood=({ood!r},)")
+    if (problem := next(filter(None, map(ood_entry_problem, ood or ())), None)) is not None:
+        raise ConfigError(f"bad ood entry {problem}")
     trained, root, x, labels = load_for_evaluation(run_dir, device, data_root, test_size)
     rules = trained.rules_for(rule, quantile, threshold)
     ood = default_ood(trained.config) if ood is None else ood

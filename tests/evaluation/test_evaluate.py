@@ -1,4 +1,5 @@
 import json
+import re
 from dataclasses import asdict, fields
 
 import pyro
@@ -8,6 +9,7 @@ from conftest import DEVICE, tiny_config
 from bnn_zoo import load, predict
 from bnn_zoo.abstain.metrics import detection
 from bnn_zoo.abstain.rule import Rule, abstain, uncertainty
+from bnn_zoo.core.errors import ConfigError
 from bnn_zoo.cli.evaluate import main
 from bnn_zoo.data.shifted.corruptions import CORRUPTIONS
 from bnn_zoo.data.shifted.ood_sets import load_notmnist
@@ -147,6 +149,18 @@ def test_evaluate_checks_its_arguments_before_the_work(tiny_run, tmp_path, capsy
         with pytest.raises(SystemExit) as stop:
             evaluate.main([str(tiny_run), *bad])
         assert stop.value.code == 2 and f"argument {bad[0]}: must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ood, says", [(("notmnist", "cifar"), "'cifar' is neither an OOD set"),
+                                       ("notmnist", "not one string: give ood=('notmnist',)"),
+                                       (("mine=/nowhere",), "there is no folder /nowhere"),
+                                       (("noise=.",), "noise is a built-in OOD set's name")])
+def test_evaluate_run_refuses_a_bad_ood_entry_before_loading_the_run(ood, says, monkeypatch):
+    from bnn_zoo.evaluation import evaluate
+
+    monkeypatch.setattr(evaluate, "load_for_evaluation", lambda *a, **k: pytest.fail("loaded before checking"))
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        evaluate.evaluate_run("any_run", ood=ood)
 
 
 def test_evaluate_and_calibrate_refuse_unwritable_outputs_before_the_work(certified_run, tmp_path, capsys):

@@ -37,6 +37,16 @@ OOD_SETS = FAR + NEAR
 LETTERS = "ACEFHKMNPRTUVWXYackmnprtuvwxy"
 
 
+def ood_entry_problem(entry: str) -> Optional[str]:
+    """What is wrong with an OOD entry (evaluate's ``--ood``, ``evaluate_run``'s ``ood``): a built-in
+    set's name, or NAME=FOLDER of images checked as ``own_set_problem`` checks it; None where nothing is."""
+    name, _, folder = entry.partition("=")
+    if name not in OOD_SETS and not (folder and name):
+        return f"{entry!r} is neither an OOD set ({', '.join(OOD_SETS)}) nor NAME=FOLDER"
+    problem = own_set_problem(name, folder) if folder else None
+    return problem and f"{entry!r}: {problem}"
+
+
 def own_set_problem(name: str, folder: str, spelled: str = "{name}={folder}") -> Optional[str]:
     """What is wrong with an OOD set of your own, ``name`` for the images in ``folder`` (and its
     subfolders), its fix written as ``spelled`` spells an entry (evaluate's NAME=FOLDER, a config's
