@@ -254,10 +254,10 @@ NOT_RUN = {
     "python scripts/ship_sets.py mnist_mlp lenet_fashion --after-alarm-only": "rewrites the shipped posteriors",
     "python scripts/ship_posterior.py RUN lenet": "rewrites the posteriors shipped inside the package (tests/test_scripts.py)",
     "python scripts/ship_sets.py lenet --recertify": "rewrites the shipped posteriors (tests/test_scripts.py)",
-    "python scripts/hmc_reference.py toy_mlp --chains 4 --samples 200 --warmup 200 --tree-depth 7 --out "
-    "bnn_zoo/shipped/toy_mlp_hmc.npz": "rewrites a reference shipped inside the package, 4 chains for minutes "
-                                       "(tests/test_scripts.py builds one at a tiny size)",
-    "python scripts/hmc_reference.py toy_sinusoid --chains 4 --samples 400 --warmup 300 --tree-depth 6 --out "
+    "python scripts/hmc_reference.py toy_mlp --chains 4 --jobs 2 --samples 1200 --warmup 400 --tree-depth 8 --out "
+    "bnn_zoo/shipped/toy_mlp_hmc.npz": "rewrites a reference shipped inside the package, 4 chains for 40 minutes "
+                                       "(tests/test_scripts.py builds one at a tiny size, two chains at a time)",
+    "python scripts/hmc_reference.py toy_sinusoid --chains 4 --jobs 2 --samples 1200 --warmup 400 --tree-depth 8 --out "
     "bnn_zoo/shipped/toy_sinusoid_hmc.npz": "rewrites a reference shipped inside the package (as above)",
     "python scripts/hmc_reference.py mnist_mlp_hmc --out bnn_zoo/shipped/mnist_mlp_hmc.npz":
         "rewrites the package's own reference, 16 minutes (tests/test_scripts.py builds one at a tiny size)",

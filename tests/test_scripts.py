@@ -784,20 +784,21 @@ def test_hmc_reference_refuses_its_output_before_the_chains(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_tiny_mnist_reference_is_built_and_the_ladder_scored_against_it(shared_data, tmp_path, capsys):
-    """The reduced MNIST MLP's reference as it is built, at a tiny size (2 chains of 4 samples on 900
-    images: SG-MCMC's cycles need 897), then every rung trained on the same network and data and
+    """The reduced MNIST MLP's reference as it is built, at a tiny size (2 chains of 4 samples side by
+    side on 900 images: SG-MCMC's cycles need 897), then every rung trained on the same network and data and
     scored against it."""
     from bnn_zoo.evaluation.hmc_distance.ladder import PROBLEMS
     from bnn_zoo.evaluation.hmc_distance.reference import Reference
 
     out = tmp_path / "mnist_mlp_hmc.npz"
     assert load_script("hmc_reference").main(
-        ["mnist_mlp_hmc", "--chains", "2", "--samples", "4", "--warmup", "4", "--tree-depth", "2", "--test-size", "40",
+        ["mnist_mlp_hmc", "--chains", "2", "--jobs", "2", "--samples", "4", "--warmup", "4", "--tree-depth", "2", "--test-size", "40",
          "--ood-size", "20", "--shift-size", "20", "--data-root", str(shared_data), "--out", str(out),
          "--override", "data.train_limit=900"]) == 0
     reference = Reference.read(out)
     printed = capsys.readouterr().out
     assert f"{out}: {out.stat().st_size / 1e6:.2f} MB" in printed and out.stat().st_size < 1e6
+    assert f"{reference.recipe['wall_seconds']:.0f} s from start to end" in printed and reference.recipe["jobs"] == 2
     assert reference.sets == ["test", "notmnist", "fog"] and len(reference.recipe["chains"]) == 2
     assert reference.recipe["config"]["data"]["train_limit"] == 900 and reference.recipe["num_samples"] == 4
     for name in reference.sets:
