@@ -95,6 +95,10 @@ RUN = [
     ("python -m bnn_zoo.evaluate runs/lenet_oe01", {}, EVALUATE),
     ("python -m bnn_zoo.evaluate runs/lenet_oe01 --test-size 500 --ood --shift shot_noise impulse_noise glass_blur "
      "motion_blur stripe fog spatter dotted_line zigzag canny_edges", {}, f"{EVALUATE} --shift-size 20"),
+    ("python -m bnn_zoo.certify runs/lenet_oe01 --risk 0.01", {}, ""),
+    ("python -m bnn_zoo.evaluate runs/lenet_oe01 --ood notmnist fashion_mnist noise --shift shot_noise impulse_noise "
+     "glass_blur motion_blur stripe fog spatter dotted_line zigzag canny_edges --no-act-on-alarm", {},
+     f"{EVALUATE} --shift-size 20"),
     ("python -m bnn_zoo.train lenet KINDS abstention.signal=entropy train.members=1 train.epochs=4 train.twin=false "
      "run_dir=runs/kinds/NAME", {"KINDS": "outliers.scrambled=0.03", "NAME": "scrambled"}, IMAGES),
     ("python -m bnn_zoo.evaluate runs/kinds/NAME --samples 20 --test-size 1000 --ood notmnist fashion_mnist --ood-size 500 "
