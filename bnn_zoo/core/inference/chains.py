@@ -1,7 +1,8 @@
 """Several NUTS chains over a Bayesian network's weights, one after another in this process or side
-by side in worker processes (CPU), each from its own initialization and seed, and whether they agree where it matters: the R-hat and
-effective sample size of the predictive (a network's weights have symmetric copies, so the chains
-may disagree on every weight and still describe the same function).
+by side in worker processes (CPU), each from its own initialization and seed, and whether they
+agree where it matters: the R-hat and effective sample size of the predictive (a network's weights
+have symmetric copies, so the chains may disagree on every weight and still describe the same
+function).
 
 Usage::
 

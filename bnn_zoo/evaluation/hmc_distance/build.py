@@ -72,8 +72,9 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
         hmc = model.likelihood.metrics(outputs.flatten(0, 1), found.y.cpu()) if found.y is not None else {}
         described[found.name] = {"spec": found.spec, "inputs": len(found.x), **mixing,
                                  "floor": chain_floor(per_chain, regression), "hmc": hmc}
-        log(f"  {found.name}: {len(found.x)} inputs, predictive R-hat <= {mixing['max_r_hat']:.3f} (median {mixing['median_r_hat']:.3f}, "
-            f"{100 * mixing[f'share_r_hat_at_most_{R_HAT}']:.1f}% of entries <= {R_HAT}), ESS >= {mixing['min_ess']:.0f}, "
+        log(f"  {found.name}: {len(found.x)} inputs, predictive R-hat <= {convergence.max_r_hat:.3f} (median "
+            f"{convergence.median_r_hat:.3f}, {100 * convergence.share_at_most(R_HAT):.1f}% of entries <= {R_HAT}), ESS >= "
+            f"{convergence.min_ess:.0f}, "
             f"chain-to-chain {described[found.name]['floor']}")
     recipe = {"task": "regression" if regression else "classification", "config": plan.stored(),
               "chains": [asdict(run) for run in drawn.runs], "num_samples": num_samples,

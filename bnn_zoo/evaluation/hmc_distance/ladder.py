@@ -133,8 +133,9 @@ def markdown(rows: list[Row], reference: Reference) -> str:
     floors = [(f"HMC, {chains} chains (distances: chain to chain)", "",
                [_figure(first, hmc.get(first)), _figure("nll", hmc.get("nll")),
                 f"{reference.recipe['seconds']:.0f} (all chains)"])]
-    if floor_prefix(reference.floor("test")):  # a reference built since it was kept
-        floors.append(("HMC: a chain to the others' pool (the floor)", floor_prefix(reference.floor("test")), ["", "", ""]))
+    held_out = floor_prefix(reference.floor("test"))  # "" in a reference kept from before
+    if held_out:
+        floors.append(("HMC: a chain to the others' pool (the floor)", held_out, ["", "", ""]))
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for label, prefix, cells in floors:
         for name in reference.sets:
