@@ -265,6 +265,8 @@ NOT_RUN = {
     "bnn_zoo/shipped/toy_sinusoid_hmc.npz": "rewrites a reference shipped inside the package (as above)",
     "python scripts/hmc_reference.py mnist_mlp_hmc --out bnn_zoo/shipped/mnist_mlp_hmc.npz":
         "rewrites the package's own reference, 16 minutes (tests/test_scripts.py builds one at a tiny size)",
+    "python scripts/hmc_reference.py mnist_mlp_hmc --samples 500 --warmup 300 --tree-depth 7":
+        "4 chains for 71 minutes (tests/test_scripts.py builds one at a tiny size)",
     "curl --data-binary @bnn_zoo/shipped/seven.png http://127.0.0.1:8000/api/answer":
         "asks a running server (python -m bnn_zoo.serve); tests/page/test_page.py sends the same body to the app",
     'curl -F file=@bnn_zoo/shipped/seven.png "http://127.0.0.1:8000/api/answer?samples=200"':

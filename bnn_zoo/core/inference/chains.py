@@ -27,6 +27,8 @@ from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 from ..networks.bnn import BayesianNet
 from .predictive import seeded
 
+ESS_BYTES = 2 ** 28  # the most a chunk of entries' effective sample size holds at once (_min_ess)
+
 
 @dataclass(frozen=True)
 class Chain:
@@ -145,9 +147,17 @@ def predictive_convergence(values: torch.Tensor) -> Convergence:
     r_hats, moving = _split_r_hat(values)
     if not moving.shape[-1]:
         return Convergence(r_hats, float("inf"))
-    # only those: Pyro's effective sample size spreads one entry's NaN over all (its _cummin's max)
-    ess = effective_sample_size(moving, chain_dim=0, sample_dim=1)
-    return Convergence(r_hats, float(ess.nan_to_num(0.0).min()))
+    return Convergence(r_hats, _min_ess(moving))
+
+
+def _min_ess(moving: torch.Tensor) -> float:
+    """The smallest effective sample size over the entries of ``moving`` [chains, S, entries] (only
+    those that move: Pyro's spreads one entry's NaN over all, its _cummin's max), by Pyro's
+    ``effective_sample_size`` on as many entries at a time as ``ESS_BYTES`` holds: it makes an
+    [S, S, entries] tensor (10,000 inputs x 10 classes of 500 samples: 46 GB at once)."""
+    chunk = max(1, ESS_BYTES // (moving.shape[1] ** 2 * moving.element_size()))
+    return min(float(effective_sample_size(part, chain_dim=0, sample_dim=1).nan_to_num(0.0).min())
+               for part in moving.split(chunk, dim=-1))
 
 
 def _split_r_hat(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from bnn_zoo import build, predict
+from bnn_zoo.core.inference import chains
 from bnn_zoo.core.inference.chains import fresh_start, nuts_chains, predictive_convergence
 
 
@@ -79,3 +80,18 @@ def test_entries_at_one_value_everywhere_are_left_out_of_r_hat():
     assert (none.max_r_hat, none.median_r_hat, none.share_at_most(1.05), none.min_ess) == (1.0, 1.0, 1.0, float("inf"))
     with pytest.raises(ValueError, match="two halves"):
         predictive_convergence(torch.zeros(4, 3, 2))
+
+
+def test_effective_sample_size_is_taken_in_chunks_of_entries_that_fit_its_budget(monkeypatch):
+    """Pyro's effective_sample_size holds [S, S, entries]: a reference of 10,000 x 10 probabilities
+    over 500 samples ran out of memory (46 GB) after its chains. Chunked, the smallest ESS is the
+    one taken at once."""
+    g = torch.Generator().manual_seed(2)
+    probs = torch.randn(4, 40, 30, generator=g) * torch.linspace(0.1, 3.0, 30) + torch.arange(4.0)[:, None, None] * 0.05
+    whole = float(chains.effective_sample_size(probs.double(), chain_dim=0, sample_dim=1).min())
+    seen = []
+    real = chains.effective_sample_size
+    monkeypatch.setattr(chains, "effective_sample_size", lambda x, **kw: seen.append(x.shape[-1]) or real(x, **kw))
+    monkeypatch.setattr(chains, "ESS_BYTES", 40 ** 2 * 8 * 7)  # 7 entries of 40 samples in double a chunk
+    assert predictive_convergence(probs).min_ess == pytest.approx(whole, rel=1e-12)
+    assert seen == [7, 7, 7, 7, 2]
