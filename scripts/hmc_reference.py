@@ -4,10 +4,12 @@ predictive on the reference's sets (a toy curve: test points inside the observed
 beyond it; a classifier: the test set, notMNIST and one MNIST-C corruption); the predictive's R-hat
 and effective sample size over the chains and the chain-to-chain floor printed; all of it written to
 one .npz file (no pickle) with its recipe and digest, for bnn_zoo.against_hmc and
-scripts/distance_to_hmc.py to score against.
+scripts/distance_to_hmc.py to score against. With --keep, each chain is kept as it ends, and the same
+command run again reads the chains kept instead of drawing them (an hour of chains survives a crash).
 
 Usage: python scripts/hmc_reference.py mnist_mlp_hmc [--chains 4] [--jobs 1] [--samples 200] [--warmup 200]
-           [--out bnn_zoo/shipped/mnist_mlp_hmc.npz] [--test-size 10000] [--override data.train_limit=5000]
+           [--out bnn_zoo/shipped/mnist_mlp_hmc.npz] [--keep runs/hmc_chains] [--test-size 10000]
+           [--override data.train_limit=5000]
 """
 import sys
 from pathlib import Path
@@ -42,6 +44,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shift-size", type=cli.count, default=None, help="corrupted test images (default 2000)")
     parser.add_argument("--data-root", default=None, help="data folder (default: $BNN_ZOO_DATA, then ./data)")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of CONFIG")
+    parser.add_argument("--keep", default=None, metavar="DIR", help="keep each chain in DIR as it ends and read the "
+                        "chains of this recipe kept there, not drawing them again: a build that stopped goes on where it stopped")
     parser.add_argument("--progress", action="store_true", help="show each chain's progress bar")
     args = parser.parse_args(argv)
 
@@ -55,7 +59,8 @@ def main(argv=None) -> int:
         sets = problem.sets(plan, args.data_root, args.test_size, args.ood_size, args.shift_size)
         reference = build_reference(plan, splits.train, sets, args.chains, args.samples or plan.mcmc.num_samples,
                                     plan.mcmc.warmup_steps if args.warmup is None else args.warmup, out.stem,
-                                    provenance(), args.tree_depth, args.progress, args.jobs)
+                                    provenance(), args.tree_depth, args.progress, args.jobs,
+                                    Path(args.keep) if args.keep else None)
         reference.write(out)
         recipe = reference.recipe
         print(f"{out}: {out.stat().st_size / 1e6:.2f} MB, {recipe['seconds']:.0f} s of NUTS, {recipe['wall_seconds']:.0f} s "

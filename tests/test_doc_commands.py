@@ -154,8 +154,8 @@ RUN = [
     ("python -m bnn_zoo.train mnist_mlp train.members=5 run_dir=runs/mnist_mlp_ensemble", {}, IMAGES),
     ("python -m bnn_zoo.train mnist_mlp model.guide=lowrank model.guide_rank=10 train.twin_dropout=0.5 "
      "run_dir=runs/mnist_mlp_lowrank", {}, IMAGES),
-    ("python -m bnn_zoo.train mnist_mlp_hmc run_dir=runs/mnist_mlp_hmc", {}, f"{IMAGES} mcmc.num_samples=4 "
-                                                                             "mcmc.warmup_steps=4"),
+    ("python -m bnn_zoo.train mnist_mlp_hmc model.prior=gaussian run_dir=runs/mnist_mlp_hmc", {},
+     f"{IMAGES} mcmc.num_samples=4 mcmc.warmup_steps=4"),
     ("python -m bnn_zoo.train mnist_mlp train.kl_weight=0.5 train.twin=false run_dir=runs/mnist_mlp_tempered", {}, IMAGES),
     ("python scripts/scoreboard.py runs/mnist_mlp runs/lenet", {}, BOARD),
     ("python scripts/scoreboard.py runs/lenet runs/lenet_ensemble runs/lenet_lowrank --ood-size 5000 --near-size 1000", {},
@@ -263,10 +263,9 @@ NOT_RUN = {
                                        "(tests/test_scripts.py builds one at a tiny size, two chains at a time)",
     "python scripts/hmc_reference.py toy_sinusoid --chains 4 --jobs 2 --samples 1200 --warmup 400 --tree-depth 8 --out "
     "bnn_zoo/shipped/toy_sinusoid_hmc.npz": "rewrites a reference shipped inside the package (as above)",
-    "python scripts/hmc_reference.py mnist_mlp_hmc --out bnn_zoo/shipped/mnist_mlp_hmc.npz":
-        "rewrites the package's own reference, 16 minutes (tests/test_scripts.py builds one at a tiny size)",
-    "python scripts/hmc_reference.py mnist_mlp_hmc --samples 500 --warmup 300 --tree-depth 7":
-        "4 chains for 71 minutes (tests/test_scripts.py builds one at a tiny size)",
+    "python scripts/hmc_reference.py mnist_mlp_hmc --samples 500 --warmup 300 --tree-depth 7 --keep runs/hmc_chains "
+    "--out bnn_zoo/shipped/mnist_mlp_hmc.npz": "rewrites the package's own reference, 4 chains for an hour "
+                                               "(tests/test_scripts.py builds one at a tiny size, kept and read again)",
     "curl --data-binary @bnn_zoo/shipped/seven.png http://127.0.0.1:8000/api/answer":
         "asks a running server (python -m bnn_zoo.serve); tests/page/test_page.py sends the same body to the app",
     'curl -F file=@bnn_zoo/shipped/seven.png "http://127.0.0.1:8000/api/answer?samples=200"':

@@ -791,12 +791,18 @@ def test_a_tiny_mnist_reference_is_built_and_the_ladder_scored_against_it(shared
     from bnn_zoo.evaluation.hmc_distance.reference import Reference
 
     out = tmp_path / "mnist_mlp_hmc.npz"
-    assert load_script("hmc_reference").main(
-        ["mnist_mlp_hmc", "--chains", "2", "--jobs", "2", "--samples", "4", "--warmup", "4", "--tree-depth", "2", "--test-size", "40",
-         "--ood-size", "20", "--shift-size", "20", "--data-root", str(shared_data), "--out", str(out),
-         "--override", "data.train_limit=900"]) == 0
+    build = ["mnist_mlp_hmc", "--chains", "2", "--jobs", "2", "--samples", "4", "--warmup", "4", "--tree-depth", "2",
+             "--test-size", "40", "--ood-size", "20", "--shift-size", "20", "--data-root", str(shared_data), "--out",
+             str(out), "--keep", str(tmp_path / "kept"), "--override", "data.train_limit=900"]
+    assert load_script("hmc_reference").main(build) == 0
     reference = Reference.read(out)
     printed = capsys.readouterr().out
+    assert "read there: none" in printed
+    assert load_script("hmc_reference").main(build) == 0  # built again from the chains kept: the same reference
+    assert "read there: [0, 1]" in capsys.readouterr().out
+    again = Reference.read(out)
+    assert again.recipe["chains"] == reference.recipe["chains"]
+    assert all(torch.equal(again.predictive[name], reference.predictive[name]) for name in reference.sets)
     assert f"{out}: {out.stat().st_size / 1e6:.2f} MB" in printed and out.stat().st_size < 1e6
     assert f"{reference.recipe['wall_seconds']:.0f} s from start to end" in printed and reference.recipe["jobs"] == 2
     assert reference.sets == ["test", "notmnist", "fog"] and len(reference.recipe["chains"]) == 2

@@ -248,8 +248,10 @@ def fit_posteriors(names: list[str], run: Run, splits: Splits, device, run_fits:
         for name in names:
             if name in kept:
                 continue
+            kind = KINDS[name]
+            prior = {"prior": member.model.prior} if kind.takes_prior else {}
             with Cost(device) as cost:
-                state = KINDS[name].fit(member.twin, splits.train.x, splits.train.y, x_held, y_held).state()
+                state = kind.fit(member.twin, splits.train.x, splits.train.y, x_held, y_held, **prior).state()
             kept[name] = Fit.of(state, member, cost.seconds, cost.peak_mb)
             again = f" again ({stale[name]})" if name in stale else ""
             log(f"{name}: fitted{again} around {folder.dir}'s twin in {cost.seconds:.1f} s")

@@ -10,6 +10,8 @@ A kind fitted after training around the twin (``fitted = True``: Laplace, SWAG) 
 refuses, with a ValueError saying why, a state it did not write: ``state_tensor``,
 ``state_number``), and may give ``cannot_fit(twin, num_data)``, why it cannot be fitted around a
 twin (a run checks it before its first epoch); a run names the ones to fit in ``train.posteriors``.
+A kind that samples the run's posterior (``takes_prior = True``: SG-MCMC) is given the run's prior
+as ``fit(..., prior=model.prior)``; Laplace fits its own prior precision and SWAG has none.
 
 Usage::
 
@@ -73,6 +75,7 @@ class Posterior(ABC):
     title: ClassVar[str] = ""  # its column in the reports: "Bayesian", "deterministic", ...
     fitted: ClassVar[bool] = False  # fitted after training around the twin, its state kept in the run
     held_out: ClassVar[bool] = False  # fits a setting on validation's first fifth, which certifying leaves out
+    takes_prior: ClassVar[bool] = False  # samples the run's own posterior: fit takes its prior (``prior=model.prior``)
     label: str
     stochastic: bool = True  # False: one prediction per input (a point estimate)
     networks: tuple = ()  # the models and twins it runs, which must take x's shape (``check_inputs``)

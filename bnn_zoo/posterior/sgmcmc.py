@@ -1,6 +1,6 @@
 """Cyclical stochastic-gradient MCMC (Zhang et al. 2020, "Cyclical Stochastic Gradient MCMC for
-Bayesian Deep Learning"): Langevin dynamics (SGLD) on the posterior, N(0, prior_scale^2) on every
-weight, started at the twin's weights, its learning rate a cosine restarted each cycle. Each cycle
+Bayesian Deep Learning"): Langevin dynamics (SGLD) on the run's posterior (its prior over the
+weights, ``model.prior``, N(0, 1) on each where none is given), started at the twin's weights, its learning rate a cosine restarted each cycle. Each cycle
 explores at a high rate without noise, then samples as it cools, the Langevin noise on, keeping the
 weights at evenly spaced steps of that stage: samples from several modes, as HMC's are of one.
 
@@ -15,10 +15,13 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from typing import Optional
 
 import torch
+from torch import nn
 
 from ..core.inference.predictive import sample_chunks
+from ..core.networks.priors import GaussianPrior
 from .base import count, register, state_tensor
 from .sampled_weights import WeightSampler
 from .sharpness import stable_lr
@@ -39,6 +42,7 @@ class CyclicalSGMCMC(WeightSampler):
     """Weight samples of cyclical SGLD; ``predict`` takes ``num_samples`` evenly spaced ones."""
 
     name, title, fitted = "sgmcmc", "cyclical SG-MCMC", True
+    takes_prior = True
 
     label_text = "cyclical SG-MCMC"
 
@@ -60,10 +64,11 @@ class CyclicalSGMCMC(WeightSampler):
     @classmethod
     def fit(cls, twin, x: torch.Tensor, y: torch.Tensor, x_held=None, y_held=None, cycles: int = 4,
             epochs_per_cycle: int = EPOCHS_PER_CYCLE, lr: float = 0.1, batch_size: int = BATCH_SIZE,
-            samples_per_cycle: int = SAMPLES_PER_CYCLE, explore: float = EXPLORE, prior_scale: float = 1.0,
+            samples_per_cycle: int = SAMPLES_PER_CYCLE, explore: float = EXPLORE, prior: Optional[nn.Module] = None,
             seed: int = 0) -> "CyclicalSGMCMC":
         """``cycles`` cycles of ``epochs_per_cycle`` epochs; the step w -= lr_t grad U_t / N (U the
-        minibatch's estimate of minus the log joint) with N(0, 2 lr_t / N) noise after the first
+        minibatch's estimate of minus the log joint under ``prior``, a module that maps a weight's
+        shape to its prior as ``BayesianNet.prior`` does) with N(0, 2 lr_t / N) noise after the first
         ``explore`` of a cycle, lr_t = lr (cos(pi t / T) + 1) / 2 within the cycle (lr, or
         ``stable_lr``'s where the loss is too steep for it)."""
         n = len(x)
@@ -73,6 +78,7 @@ class CyclicalSGMCMC(WeightSampler):
             raise ValueError(f"each cycle samples over {len(sampling)} steps, fewer than the {samples_per_cycle} samples "
                              "it keeps: lengthen the cycles (more epochs, a smaller batch) or explore less")
         lr = stable_lr(twin, x, y, lr)
+        prior = GaussianPrior(1.0).to(x.device) if prior is None else prior
         walker = copy.deepcopy(twin).train()
         params = list(walker.parameters())
         generator = torch.Generator(device=x.device).manual_seed(seed)
@@ -83,7 +89,7 @@ class CyclicalSGMCMC(WeightSampler):
             for _ in range(epochs_per_cycle):
                 for idx in torch.randperm(n, generator=generator, device=x.device).split(batch_size):
                     rate = lr * (math.cos(math.pi * t / length) + 1) / 2
-                    loss = walker.loss(x[idx], y[idx]) + sum(p.pow(2).sum() for p in params) / (2 * prior_scale ** 2 * n)
+                    loss = walker.loss(x[idx], y[idx]) - sum(prior(p.shape).log_prob(p) for p in params) / n
                     grads = torch.autograd.grad(loss, params)
                     with torch.no_grad():
                         for p, g in zip(params, grads):

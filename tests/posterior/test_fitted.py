@@ -94,6 +94,21 @@ def test_cyclical_sg_mcmc_keeps_its_samples_from_each_cycle_s_cooling():
         CyclicalSGMCMC.fit(twin, x, y, cycles=1, epochs_per_cycle=2, batch_size=60, samples_per_cycle=4)
 
 
+def test_cyclical_sg_mcmc_walks_under_the_run_s_prior():
+    from bnn_zoo.core.networks.priors import FanInPrior, GaussianPrior
+
+    twin, x, y = logistic()
+    one_step = dict(cycles=1, epochs_per_cycle=1, lr=0.01, batch_size=len(x), samples_per_cycle=1, explore=0.0)
+    wide, fan_in = (CyclicalSGMCMC.fit(twin, x, y, prior=prior, **one_step).samples[0]
+                    for prior in (GaussianPrior(1.0), FanInPrior(2.0)))
+    assert torch.equal(CyclicalSGMCMC.fit(twin, x, y, **one_step).samples[0], wide)  # no prior given: N(0, 1)
+    # the same data gradient and noise; the priors' pulls differ: lr / n * (w / 1 - w / var), var 4 / fan_in (a bias's: 4)
+    variance = torch.cat([torch.full((p.numel(),), 4.0 / (p.shape[1] if p.dim() == 2 else 1)) for p in twin.parameters()])
+    start = torch.cat([p.detach().flatten() for p in twin.parameters()])
+    assert torch.allclose(fan_in - wide, 0.01 / len(x) * (start - start / variance), atol=1e-7)
+    assert CyclicalSGMCMC.takes_prior and not LastLayerLaplace.takes_prior and not SWAG.takes_prior
+
+
 @pytest.mark.parametrize("kind", [LastLayerLaplace, KFACLaplace])
 def test_a_laplace_posterior_is_for_classifiers(kind):
     from bnn_zoo.core.networks.likelihoods import Gaussian

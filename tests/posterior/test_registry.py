@@ -135,3 +135,31 @@ def test_a_trained_run_gets_a_kind_fitted_on_resume_without_a_new_epoch(jittered
     assert isinstance(posteriors(after)["jittered"], Jittered) and "jittered" in after.sets
     for part in ("jittered", "bayes"):  # an alarm watches a certified rule (a tiny run may certify none: its sets answer)
         assert (after.alarm(part) is None) == ("rule" not in after.calibration[part]), part
+
+
+class PriorTaking(Jittered):
+    """Jittered, told the run's prior when fitted (as SG-MCMC is): it keeps what it was given."""
+
+    name, takes_prior, given = "prior_taking", True, []
+
+    @classmethod
+    def fit(cls, twin, x, y, x_held, y_held, prior=None):
+        cls.given.append(prior)
+        return super().fit(twin, x, y, x_held, y_held)
+
+
+def test_a_kind_that_takes_the_prior_is_fitted_with_the_run_s(tmp_path):
+    from bnn_zoo.core.networks.priors import FanInPrior
+
+    if not (SHARED_DATA / "MNIST" / "raw").is_dir():
+        pytest.skip(NO_MNIST)
+    register(PriorTaking)
+    try:
+        train(tiny_config("mnist_mlp", **{"run_dir": str(tmp_path / "run"), "data.root": str(SHARED_DATA),
+                                          "model.hidden": "[16]", "model.prior": "fan_in", "model.prior_scale": 3.0,
+                                          "train.epochs": 1, "train.posteriors": "[prior_taking]",
+                                          "abstention.samples": 8}))
+    finally:
+        del KINDS[PriorTaking.name]
+    prior, = PriorTaking.given
+    assert isinstance(prior, FanInPrior) and prior.hyperparameters == {"scale": 3.0}

@@ -16,8 +16,9 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 from pyro.infer import MCMC, NUTS
@@ -40,6 +41,9 @@ class Chain:
     divergences: int
 
 
+Drawn = tuple[dict[str, torch.Tensor], Chain]  # one chain's samples {site: [S, *shape]} and what it did
+
+
 @dataclass(frozen=True)
 class Chains:
     """Each chain's weight samples {site: [S, *shape]} (a posterior ``predict`` takes), and what it did."""
@@ -49,7 +53,7 @@ class Chains:
     num_samples: int
     warmup_steps: int
     max_tree_depth: int
-    wall_seconds: float  # from the first chain's start to the last one's end (chains side by side: less than seconds)
+    wall_seconds: float  # from the first chain drawn to the last one's end (side by side: less than seconds; kept ones: none)
 
     @property
     def seconds(self) -> float:
@@ -76,30 +80,46 @@ def fresh_start(model: BayesianNet, seed: int) -> dict[str, torch.Tensor]:
 
 def nuts_chains(model: BayesianNet, x: torch.Tensor, y: torch.Tensor, chains: int = 4, num_samples: int = 200,
                 warmup_steps: int = 200, max_tree_depth: int = 8, target_accept: float = 0.8, seed: int = 0,
-                progress: bool = False, jobs: int = 1) -> Chains:
+                progress: bool = False, jobs: int = 1, drawn: Optional[dict[int, Drawn]] = None,
+                on_chain: Optional[Callable[[int, dict[str, torch.Tensor], Chain], None]] = None) -> Chains:
     """``chains`` NUTS chains on the full data (x, y): chain c draws from seed ``seed + c`` and starts
     at the plain network's initialization under that seed (chain 0 at the model's own, where
     ``nuts_posterior`` starts). ``jobs`` > 1 runs that many at a time in worker processes (CPU only),
-    each with this process's torch threads: the same samples as one after another. The caller's
-    random streams are left as they were."""
+    each with this process's torch threads: the same samples as one after another. ``drawn`` holds
+    chains already drawn by that recipe ({c: (samples, Chain)}, kept by the caller), which are not
+    drawn again; ``on_chain(c, samples, run)`` hears of each chain drawn here as it ends, so a caller
+    can keep it before the next one starts. The caller's random streams are left as they were."""
     if chains < 1 or num_samples < 1 or warmup_steps < 0 or jobs < 1:
         raise ValueError(f"need at least one chain of at least one sample on at least one job, got {chains} chains of "
                          f"{num_samples} after {warmup_steps} warm-up steps on {jobs} jobs")
     if jobs > 1 and model.device.type != "cpu":
         raise ValueError(f"chains run side by side in CPU processes; on {model.device} run them one after another (jobs=1)")
-    starts = [{k: v.to(model.device) for k, v in model.init_values.items()} if c == 0 else fresh_start(model, seed + c)
-              for c in range(chains)]
-    work = [(model, x, y, start, seed + c, num_samples, warmup_steps, max_tree_depth, target_accept, progress)
-            for c, start in enumerate(starts)]
+    done = dict(drawn or {})
+    if any(not 0 <= c < chains for c in done):
+        raise ValueError(f"chains drawn already must be among the {chains} asked for, got chains {sorted(done)}")
+    heard = on_chain or (lambda c, samples, run: None)
+    work = {c: (model, x, y, _start(model, seed, c), seed + c, num_samples, warmup_steps, max_tree_depth,
+                target_accept, progress) for c in range(chains) if c not in done}
     began = time.perf_counter()
     if jobs == 1:
-        done = [_chain(*args) for args in work]
-    else:  # spawned, not forked: a fork of a process with torch's threads running can hang
-        with ProcessPoolExecutor(min(jobs, chains), multiprocessing.get_context("spawn"), torch.set_num_threads,
+        for c, args in work.items():
+            done[c] = _chain(*args)
+            heard(c, *done[c])
+    elif work:  # spawned, not forked: a fork of a process with torch's threads running can hang
+        with ProcessPoolExecutor(min(jobs, len(work)), multiprocessing.get_context("spawn"), torch.set_num_threads,
                                  (torch.get_num_threads(),)) as pool:
-            done = list(pool.map(_chain, *zip(*work)))
-    return Chains([samples for samples, _ in done], [run for _, run in done], num_samples, warmup_steps,
+            futures = {pool.submit(_chain, *args): c for c, args in work.items()}
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                heard(futures[future], *done[futures[future]])
+    ordered = [done[c] for c in range(chains)]
+    return Chains([samples for samples, _ in ordered], [run for _, run in ordered], num_samples, warmup_steps,
                   max_tree_depth, time.perf_counter() - began)
+
+
+def _start(model: BayesianNet, seed: int, c: int) -> dict[str, torch.Tensor]:
+    """Where chain c starts: the model's own initialization for the first, a fresh one under seed + c after."""
+    return {k: v.to(model.device) for k, v in model.init_values.items()} if c == 0 else fresh_start(model, seed + c)
 
 
 def _chain(model: BayesianNet, x: torch.Tensor, y: torch.Tensor, start: dict[str, torch.Tensor], seed: int,

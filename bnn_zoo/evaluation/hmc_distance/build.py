@@ -10,6 +10,8 @@ warmup_steps=200, built=provenance(), jobs=2)``
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
 
 import pyro
 import torch
@@ -22,6 +24,7 @@ from ...runs.plans.plan import Plan
 from ...runs.training.loop import cpu_threads
 from ...runs.training.threads import step_threads
 from .inputs import InputSet
+from .kept import KeptChains, recipe_key
 from .metrics import chain_floor, predictive_draws
 from .reference import Reference
 
@@ -33,11 +36,12 @@ R_HAT = 1.05  # the predictive R-hat at or under which an entry counts as mixed
 
 def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: int, num_samples: int,
                     warmup_steps: int, name: str, built: dict, max_tree_depth: int | None = None,
-                    progress: bool = False, jobs: int = 1, log=print) -> Reference:
+                    progress: bool = False, jobs: int = 1, keep: Optional[Path] = None, log=print) -> Reference:
     """HMC's reference predictive for the network ``plan`` describes, trained on ``train``, over
     ``sets``: ``chains`` NUTS chains of ``num_samples`` after ``warmup_steps`` (chain c from seed
     plan.seed + c; ``jobs`` of them at a time, in worker processes), with ``built`` (the command,
-    commit and machine) in its recipe."""
+    commit and machine) in its recipe. With ``keep``, a folder, each chain is kept there as it ends
+    and the chains of this recipe kept there already are read, not drawn again (``kept``)."""
     pyro.set_rng_seed(plan.seed)  # the model's own initialization, where chain 0 starts
     model, _ = build_networks(plan.networks, len(train), train.x.device)
     depth = max_tree_depth or plan.mcmc.max_tree_depth
@@ -46,9 +50,15 @@ def build_reference(plan: Plan, train: TensorSet, sets: list[InputSet], chains: 
     threads, why = step_threads(plan.train.threads, plain, plan.networks.recipe.input_shape, len(train), train.x.device)
     log(f"{name}: {chains} NUTS chains of {num_samples} samples after {warmup_steps} warm-up steps, tree depth <= "
         f"{depth}, on {len(train)} training examples, {jobs} at a time; {why}")
+    kept, ready = None, {}
+    if keep is not None:
+        kept = KeptChains(keep, recipe_key(plan, train, num_samples, warmup_steps, depth))
+        ready = {c: ({site: v.to(train.x.device) for site, v in samples.items()}, run)
+                 for c, (samples, run) in kept.read(chains).items()}
+        log(f"  chains kept in {keep} as each ends ({kept.path(0).name}, ...); read there: {sorted(ready) or 'none'}")
     with cpu_threads(threads):
         drawn = nuts_chains(model, train.x, train.y, chains, num_samples, warmup_steps, depth,
-                            plan.mcmc.target_accept, plan.seed, progress, jobs)
+                            plan.mcmc.target_accept, plan.seed, progress, jobs, ready, kept.write if kept else None)
     for run in drawn.runs:
         log(f"  chain from seed {run.seed}: {run.seconds:.0f} s, acceptance {run.acceptance_rate:.2f}, "
             f"{run.divergences} divergent")

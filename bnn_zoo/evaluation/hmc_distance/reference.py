@@ -13,9 +13,7 @@ Usage::
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -24,27 +22,18 @@ import numpy as np
 import torch
 
 from ...core.errors import CheckpointError
-from ...runs.storage.files import write_atomic
 from ...runs.storage.loading import SHIPPED
+from .digested import read_digested, write_digested
 from .inputs import drawn_again
 
 FORMAT = 1
 SUFFIX = ".npz"
+REBUILD = "build it again (scripts/hmc_reference.py) or install bnn-zoo again"
 
 
 def shipped_references() -> list[str]:
     """The names of the references that ship inside the package."""
     return sorted(path.stem for path in SHIPPED.glob(f"*{SUFFIX}"))
-
-
-def _digest(arrays: dict[str, np.ndarray]) -> str:
-    """SHA-256 of each array's name, dtype, shape and bytes, in the order of their names."""
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name} {a.dtype.str} {a.shape};".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -89,8 +78,7 @@ class Reference:
             arrays[f"{name}.predictive"] = values.cpu().numpy().astype(np.float16)  # 3 digits: the metrics' own noise
         arrays.update({f"{name}.x": v.cpu().numpy() for name, v in self.x.items()})
         arrays.update({f"{name}.y": v.cpu().numpy() for name, v in self.y.items()})
-        arrays["digest"] = np.frombuffer(_digest(arrays).encode(), np.uint8)
-        write_atomic(Path(path), lambda f: np.savez_compressed(f, **arrays))
+        write_digested(Path(path), arrays)
 
     @classmethod
     def read(cls, reference: str | Path) -> "Reference":
@@ -106,16 +94,10 @@ class Reference:
         if not path.is_file():
             raise CheckpointError(f"no HMC reference at {path}: build one there with python scripts/hmc_reference.py "
                                   f"CONFIG --out {path}")
-        try:
-            with np.load(path, allow_pickle=False) as found:
-                arrays = {name: found[name] for name in found.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-            why = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise CheckpointError(f"{path} is no HMC reference numpy can read ({why})") from None
-        stored = arrays.pop("digest", np.zeros(0, np.uint8)).tobytes().decode(errors="replace")
-        if "recipe" not in arrays or stored != _digest(arrays):
-            raise CheckpointError(f"{path} is not the HMC reference its digest describes (altered or damaged): "
-                                  "build it again (scripts/hmc_reference.py) or install bnn-zoo again")
+        arrays = read_digested(path, "HMC reference", REBUILD)
+        if "recipe" not in arrays:
+            raise CheckpointError(f"{path} is no HMC reference (it holds no recipe): give the .npz that python "
+                                  "scripts/hmc_reference.py CONFIG --out FILE.npz wrote")
         recipe = json.loads(arrays.pop("recipe").tobytes())
         if recipe.pop("format", None) != FORMAT:
             raise CheckpointError(f"{path} is an HMC reference of another format than this bnn-zoo reads ({FORMAT})")

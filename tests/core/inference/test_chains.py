@@ -55,6 +55,23 @@ def test_chains_side_by_side_in_processes_draw_what_one_after_another_draws():
         nuts_chains(model, *_toy(), chains=2, jobs=0)
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_chains_drawn_already_are_not_drawn_again_and_each_new_one_is_heard_as_it_ends(jobs):
+    model, _ = build("toy_mlp", num_data=4, hidden=[4])
+    whole = nuts_chains(model, *_toy(), chains=3, num_samples=4, warmup_steps=4, max_tree_depth=3, seed=2)
+    heard = {}
+    resumed = nuts_chains(model, *_toy(), chains=3, num_samples=4, warmup_steps=4, max_tree_depth=3, seed=2, jobs=jobs,
+                          drawn={1: (whole.samples[1], whole.runs[1])},
+                          on_chain=lambda c, samples, run: heard.update({c: (samples, run)}))
+    assert sorted(heard) == [0, 2] and resumed.runs == [heard[0][1], whole.runs[1], heard[2][1]]
+    for c, mine in enumerate(resumed.samples):
+        assert all(torch.equal(mine[site], whole.samples[c][site]) for site in mine)  # chain 1 read, 0 and 2 drawn again
+        assert c == 1 or all(heard[c][0][site] is mine[site] for site in mine)
+    assert [r.seed for r in resumed.runs] == [2, 3, 4]
+    with pytest.raises(ValueError, match=r"among the 2 asked for, got chains \[1, 5\]"):
+        nuts_chains(model, *_toy(), chains=2, drawn={1: heard[0], 5: heard[0]})
+
+
 def test_predictive_r_hat_is_near_one_where_chains_agree_and_large_where_they_do_not():
     g = torch.Generator().manual_seed(0)
     agree = torch.randn(4, 500, 3, 2, generator=g)  # four chains, 500 draws of one distribution

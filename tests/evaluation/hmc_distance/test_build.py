@@ -52,6 +52,28 @@ def test_a_toy_reference_holds_each_chain_s_draws_and_their_floor(tmp_path):
     assert chain["test"].w1 < 2 * reference.floor("test")["w1"]
 
 
+def test_a_build_keeps_each_chain_and_a_build_again_reads_them_instead_of_drawing(tmp_path):
+    plan = Plan.of(tiny_config("toy_mlp", **{"model.hidden": "[4]"}))
+    train = load_splits(plan.data, plan.categorical).train
+    logged = []
+    build = lambda chains: build_reference(plan, train, toy_sets("polynomial"), chains=chains, num_samples=4,
+                                           warmup_steps=4, name="toy", built=BUILT, max_tree_depth=3,
+                                           keep=tmp_path / "kept", log=logged.append)
+    first = build(2)
+    kept = sorted(p.name for p in (tmp_path / "kept").iterdir())
+    assert len(kept) == 2 and kept[0].startswith("chain-") and kept[0].endswith("-0.npz")
+    assert logged[1] == f"  chains kept in {tmp_path / 'kept'} as each ends ({kept[0]}, ...); read there: none"
+    logged.clear()
+    again = build(3)  # two chains read, a third drawn and kept
+    assert logged[1].endswith("read there: [0, 1]") and len(list((tmp_path / "kept").iterdir())) == 3
+    assert again.recipe["chains"][:2] == first.recipe["chains"]
+    model, drawn = _chains(plan, train, 3, 4, 3)
+    assert [c["seed"] for c in again.recipe["chains"]] == [0, 1, 2]
+    per_chain = [predictive_draws(predict(model, s, again.x["test"], None), DRAWS // 3, SEEDS + c)
+                 for c, s in enumerate(drawn.samples)]
+    assert torch.equal(again.predictive["test"], torch.cat(per_chain))  # the chains read are those drawn
+
+
 @pytest.mark.slow  # MNIST read, three chains drawn twice: seconds
 def test_a_classifier_s_reference_holds_the_pooled_probabilities_and_the_chains_floor(shared_data):
     plan = Plan.of(tiny_config("mnist_mlp", **{"model.hidden": "[4]", "data.train_limit": 100,
