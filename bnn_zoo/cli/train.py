@@ -229,12 +229,11 @@ def run_hmc(plan: Plan, splits: Splits, run: Run) -> dict:
 
 
 def fit_posteriors(names: list[str], run: Run, splits: Splits, device, run_fits: dict | None = None) -> dict:
-    """The kinds of posterior fitted after training (``train.posteriors``), around each member's
-    twin, on the training split (a held-out kind's setting on validation's first fifth, which its
-    certificate leaves out), in RUN_DIR/fitted.pt (and each member's): a fit the file holds for the
-    twin as it is now is kept, the others fitted (again, where the twin trained on since), and the
-    kinds ``names`` leaves out deleted (``train.drop_posteriors`` asked for it); their cost. ``run_fits``:
-    the run's own fitted.pt as a resume read it (not read again)."""
+    """The kinds of posterior fitted after training (``train.posteriors``), around each member's twin, on
+    the training split (a held-out kind's setting on validation's first fifth, which its certificate leaves
+    out), in RUN_DIR/fitted.pt (and each member's): a fit the file holds for the twin as it is now is kept,
+    the others fitted (again, where the twin trained on since), and the kinds ``names`` leaves out deleted
+    (``train.drop_posteriors`` asked for it); their cost. ``run_fits``: the run's own fitted.pt as read."""
     trained = run.load(device, fitted=False)
     held = held_part(len(splits.val)) if splits.val is not None else slice(0, 0)
     x_held, y_held = (splits.val.x[held], splits.val.y[held]) if splits.val is not None else (None, None)
@@ -248,10 +247,9 @@ def fit_posteriors(names: list[str], run: Run, splits: Splits, device, run_fits:
         for name in names:
             if name in kept:
                 continue
-            kind = KINDS[name]
-            prior = {"prior": member.model.prior} if kind.takes_prior else {}
+            given = {"prior": member.model.prior} if KINDS[name].takes_prior else {}  # a sampler of the run's posterior
             with Cost(device) as cost:
-                state = kind.fit(member.twin, splits.train.x, splits.train.y, x_held, y_held, **prior).state()
+                state = KINDS[name].fit(member.twin, splits.train.x, splits.train.y, x_held, y_held, **given).state()
             kept[name] = Fit.of(state, member, cost.seconds, cost.peak_mb)
             again = f" again ({stale[name]})" if name in stale else ""
             log(f"{name}: fitted{again} around {folder.dir}'s twin in {cost.seconds:.1f} s")

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import pyro
 import torch
 
-from ... import __version__
 from ...core.errors import CheckpointError
 from ...core.inference.chains import Chain, Drawn
 from ...data.sets import TensorSet
@@ -40,7 +40,14 @@ def recipe_key(plan: Plan, train: TensorSet, num_samples: int, warmup_steps: int
     return digest({"config": plan.stored(), "x": train.x, "y": train.y, "num_samples": num_samples,
                    "warmup_steps": warmup_steps, "max_tree_depth": max_tree_depth,
                    "target_accept": plan.mcmc.target_accept, "seed": plan.seed,
-                   "versions": [__version__, torch.__version__, pyro.__version__]})[:16]
+                   "versions": [_own_version(), torch.__version__, pyro.__version__]})[:16]
+
+
+def _own_version() -> str:
+    try:
+        return version("bnn-zoo")
+    except PackageNotFoundError:  # run from a clone that pip has not installed
+        return "unknown"
 
 
 class KeptChains:
