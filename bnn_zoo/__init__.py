@@ -15,7 +15,6 @@ Usage::
     trained.stream("bayes").decide(probs, inputs=x).decision.refused   # after the alarm, the after-alarm rule too
     print(bnn_zoo.against_hmc(model, guide, reference="toy_mlp_hmc"))   # a toy_mlp pair: how far from HMC
 """
-from importlib.metadata import PackageNotFoundError, version
 
 from .abstain.conformal import ConformalSets, calibrate_sets
 from .abstain.shift import ShiftAlarm
@@ -29,6 +28,7 @@ from .core.inference.predictive import predict  # bnn_zoo/predict.py is the comm
 from .core.networks.priors import FanInPrior, GaussianPrior, ScaleMixturePrior, make_prior
 from .core.networks.reparam import LocalReparameterization
 from .core.networks.twin import Twin
+from .core import VERSION as __version__
 from .evaluation.hmc_distance.score import against_hmc
 from .runs.storage.loading import load
 from .runs.storage.trained import Trained, posteriors
@@ -45,10 +45,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'bnn_zoo' has no attribute {name!r}")
 
 
-try:
-    __version__ = version("bnn-zoo")
-except PackageNotFoundError:  # the source tree, not installed
-    __version__ = "unknown"
 
 __all__ = ["ARCHITECTURES", "BayesianNet", "Categorical", "ConformalSets", "DirectAutoNormal", "FanInPrior",
            "Gaussian", "GaussianPrior", "LocalReparameterization", "ScaleMixturePrior", "ShiftAlarm", "TraceKL_ELBO",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ import torch
 
 from ...core.errors import CheckpointError
 from ...core.inference.chains import Chain, Drawn
+from ...core import VERSION
 from ...data.sets import TensorSet
 from ...runs.plans.plan import Plan
 from ...runs.storage.checkpoint import digest
@@ -40,14 +40,7 @@ def recipe_key(plan: Plan, train: TensorSet, num_samples: int, warmup_steps: int
     return digest({"config": plan.stored(), "x": train.x, "y": train.y, "num_samples": num_samples,
                    "warmup_steps": warmup_steps, "max_tree_depth": max_tree_depth,
                    "target_accept": plan.mcmc.target_accept, "seed": plan.seed,
-                   "versions": [_own_version(), torch.__version__, pyro.__version__]})[:16]
-
-
-def _own_version() -> str:
-    try:
-        return version("bnn-zoo")
-    except PackageNotFoundError:  # run from a clone that pip has not installed
-        return "unknown"
+                   "versions": [VERSION, torch.__version__, pyro.__version__]})[:16]
 
 
 class KeptChains:
